@@ -1,0 +1,151 @@
+/**
+ * The seam between lockkit and a database driver.
+ *
+ * An adapter (`@lockkit/pg`, `@lockkit/postgres`, …) implements {@link LockExecutor}: one required
+ * callback-shaped method and optional ones. Every statement lockkit sends is written in core and
+ * passed through `query`; an adapter only knows how its driver opens a transaction or pins a
+ * connection. Callback shapes make a leaked connection impossible to write: the adapter gets the
+ * connection back when the callback settles, whatever happens inside.
+ *
+ * @packageDocumentation
+ */
+import { LockkitError, UnsupportedCapabilityError } from './errors.js';
+
+/** One result row: column name to value, exactly as the driver returns it. */
+export type Row = Record<string, unknown>;
+
+/**
+ * Sends one SQL statement with positional parameters (`$1`, `$2`, …) on the connection the
+ * callback was given, and resolves with its rows.
+ */
+export type QueryFn = (text: string, params?: readonly unknown[]) => Promise<Row[]>;
+
+/** What a transaction callback receives. */
+export interface TransactionContext<Tx> {
+  /** Runs core's SQL inside this transaction. */
+  readonly query: QueryFn;
+  /** The driver's native transaction handle; the user's own writes through it join this transaction. */
+  readonly tx: Tx;
+  /**
+   * Aborted when the connection under this transaction errors, ends or is terminated: the
+   * transaction, and every lock it holds, is then gone.
+   */
+  readonly signal: AbortSignal;
+}
+
+/** What a session callback receives: one dedicated connection, outside any transaction. */
+export interface SessionContext<Session> {
+  /** Runs core's SQL on this connection, each statement in its own implicit transaction. */
+  readonly query: QueryFn;
+  /** The driver's native handle for this connection. */
+  readonly session: Session;
+  /** Aborted when the connection errors, ends or is terminated: its session locks are then gone. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * The smallest thing an adapter implements.
+ *
+ * Contract of every method: exactly one connection is used for the whole callback and is used by
+ * nothing else meanwhile; it is always given back to its pool when the callback settles (discarded
+ * instead when it broke); the callback's rejection is passed through unchanged.
+ *
+ * @typeParam Tx - the driver's native transaction handle handed to user tasks.
+ * @typeParam Session - the driver's native handle for a dedicated connection.
+ *
+ * @example
+ * ```ts
+ * const executor: LockExecutor<PoolClient> = {
+ *   name: 'my-driver',
+ *   async transaction(fn) { … BEGIN; try { r = await fn(ctx); COMMIT } catch { ROLLBACK; throw } finally { release } },
+ * };
+ * ```
+ */
+export interface LockExecutor<Tx = unknown, Session = unknown> {
+  /** The adapter's name, used in error messages (`'pg'`, `'prisma'`, …). */
+  readonly name: string;
+
+  /**
+   * Required. Runs `fn` inside one transaction on one connection: BEGIN before it, COMMIT when it
+   * resolves, ROLLBACK when it rejects (then rethrows its error).
+   */
+  transaction<T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T>;
+
+  /**
+   * Optional: the session capability. Runs `fn` on one dedicated connection outside any
+   * transaction, so that session-level locks outlive commits. Adapters whose driver cannot pin a
+   * connection omit it.
+   */
+  session?<T>(fn: (ctx: SessionContext<Session>) => Promise<T>): Promise<T>;
+
+  /**
+   * Optional: the pipelining capability. Like {@link LockExecutor.transaction}, but sends `BEGIN`
+   * and `first` to the server in one round trip, and hands `fn` the rows of `first`.
+   * `first` is one complete statement written by core, with no parameters (its values are
+   * validated integers inlined by core), so it can travel in a simple-protocol query.
+   */
+  pipelinedTransaction?<T>(
+    first: string,
+    fn: (ctx: TransactionContext<Tx>, firstRows: Row[]) => Promise<T>,
+  ): Promise<T>;
+}
+
+/** The optional capabilities an executor may have. */
+export type ExecutorCapability = 'session' | 'pipelinedTransaction';
+
+const CAPABILITY_DESCRIPTIONS: Record<ExecutorCapability, string> = {
+  session: 'session-scoped operations (a dedicated connection outside any transaction)',
+  pipelinedTransaction: 'sending BEGIN and the first statement in one round trip',
+};
+
+/** True when `executor` implements `capability`. */
+export function hasCapability<Tx, Session>(
+  executor: LockExecutor<Tx, Session>,
+  capability: ExecutorCapability,
+): boolean {
+  return typeof executor[capability] === 'function';
+}
+
+/**
+ * Fails early, before any SQL is sent, when `executor` lacks `capability`: throws an
+ * {@link UnsupportedCapabilityError} naming the adapter, with an optional hint on what to use instead.
+ */
+export function requireCapability<Tx, Session, C extends ExecutorCapability>(
+  executor: LockExecutor<Tx, Session>,
+  capability: C,
+  hint?: string,
+): asserts executor is LockExecutor<Tx, Session> & Required<Pick<LockExecutor<Tx, Session>, C>> {
+  if (!hasCapability(executor, capability)) {
+    throw new UnsupportedCapabilityError(executor.name, CAPABILITY_DESCRIPTIONS[capability], hint);
+  }
+}
+
+/**
+ * Checks that `value` has the shape of a {@link LockExecutor}: a non-empty `name`, a
+ * `transaction` function, and functions (or nothing) for the optional methods.
+ * @throws {@link LockkitError} with code `EXECUTOR_INVALID`.
+ */
+export function assertLockExecutor(value: unknown): asserts value is LockExecutor {
+  const candidate = value as Partial<Record<keyof LockExecutor, unknown>> | null;
+  if (typeof candidate !== 'object' || candidate === null) {
+    throw new LockkitError('EXECUTOR_INVALID', 'A LockExecutor must be an object.');
+  }
+  if (typeof candidate.name !== 'string' || candidate.name.length === 0) {
+    throw new LockkitError('EXECUTOR_INVALID', 'A LockExecutor needs a non-empty string name.');
+  }
+  if (typeof candidate.transaction !== 'function') {
+    throw new LockkitError(
+      'EXECUTOR_INVALID',
+      `The ${candidate.name} executor has no transaction() method.`,
+    );
+  }
+  for (const optional of ['session', 'pipelinedTransaction'] as const) {
+    const method = candidate[optional];
+    if (method !== undefined && typeof method !== 'function') {
+      throw new LockkitError(
+        'EXECUTOR_INVALID',
+        `The ${candidate.name} executor's ${optional} must be a function when present.`,
+      );
+    }
+  }
+}

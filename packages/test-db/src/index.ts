@@ -1,0 +1,10 @@
+export { resolveTestDatabase, type TestDatabase, type TestDatabaseSource } from './database.js';
+export { type EmbeddedServer, startEmbeddedPostgres } from './embedded.js';
+export {
+  closeLeakChecker,
+  leakedAdvisoryLocks,
+  type SeenLock,
+  testApplicationName,
+  testDatabaseBaseUrl,
+  testDatabaseUrl,
+} from './leaks.js';

@@ -1,0 +1,2 @@
+import { lockkitTestConfig } from './src/vitest-config.js';
+export default lockkitTestConfig();
