@@ -19,7 +19,19 @@ export type LockKeyErrorCode =
   | 'KEY_NOT_ADVISORY';
 
 /** Every code a {@link LockkitError} can carry. */
-export type LockkitErrorCode = LockKeyErrorCode | 'CAPABILITY_UNSUPPORTED' | 'EXECUTOR_INVALID';
+export type LockkitErrorCode =
+  | LockKeyErrorCode
+  | 'CAPABILITY_UNSUPPORTED'
+  | 'EXECUTOR_INVALID'
+  | 'OPTION_INVALID'
+  | 'LOCK_TIMEOUT'
+  | 'DEADLOCK'
+  | 'IDLE_IN_TRANSACTION_TIMEOUT'
+  | 'STATEMENT_TIMEOUT'
+  | 'CONNECTION_LOST'
+  | 'LOCK_TABLE_FULL'
+  | 'LOCK_NOT_HELD'
+  | 'ABORTED';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
 const LOCKKIT_ERROR_BRAND: unique symbol = Symbol.for('lockkit.error') as never;
@@ -87,6 +99,84 @@ export class UnsupportedCapabilityError extends LockkitError {
     this.name = 'UnsupportedCapabilityError';
     this.adapter = adapter;
     this.capability = capability;
+  }
+}
+
+/**
+ * A blocking acquisition waited longer than its `timeoutMs` (Postgres `lock_timeout`, SQLSTATE
+ * 55P03). The lock was not taken and the task did not run.
+ */
+export class LockTimeoutError extends LockkitError {
+  declare readonly code: 'LOCK_TIMEOUT';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('LOCK_TIMEOUT', message, options);
+    this.name = 'LockTimeoutError';
+  }
+}
+
+/**
+ * Postgres chose this transaction as the victim of a deadlock (SQLSTATE 40P01): it was rolled
+ * back and its locks released. Retrying the whole operation is safe.
+ */
+export class DeadlockError extends LockkitError {
+  declare readonly code: 'DEADLOCK';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('DEADLOCK', message, options);
+    this.name = 'DeadlockError';
+  }
+}
+
+/**
+ * The connection holding the lock is gone: it errored, ended, or its backend was terminated
+ * (SQLSTATE 57P01, `idle_in_transaction_session_timeout` 25P03, an admin's `pg_terminate_backend`,
+ * a network cut). Every lock it held has been released by Postgres, so another worker may already
+ * be running the same job; the task's `signal` was aborted when this was noticed. Whether the
+ * task's writes were committed is unknown only if the loss happened during COMMIT.
+ */
+export class ConnectionLostError extends LockkitError {
+  declare readonly code: 'CONNECTION_LOST' | 'IDLE_IN_TRANSACTION_TIMEOUT';
+
+  constructor(
+    message: string,
+    options: LockkitErrorOptions & { readonly idleInTransactionTimeout?: boolean } = {},
+  ) {
+    super(
+      options.idleInTransactionTimeout ? 'IDLE_IN_TRANSACTION_TIMEOUT' : 'CONNECTION_LOST',
+      message,
+      options,
+    );
+    this.name = 'ConnectionLostError';
+  }
+}
+
+/**
+ * Postgres's shared lock table is full (SQLSTATE 53200, "out of shared memory"). Too many locks
+ * are held at once across the server: release locks sooner, or raise `max_locks_per_transaction`
+ * (the table has `max_locks_per_transaction × (max_connections + max_prepared_transactions)`
+ * slots; the setting needs a server restart).
+ */
+export class LockTableFullError extends LockkitError {
+  declare readonly code: 'LOCK_TABLE_FULL';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('LOCK_TABLE_FULL', message, options);
+    this.name = 'LockTableFullError';
+  }
+}
+
+/**
+ * A session lock that lockkit took was not held any more when it went to release it
+ * (`pg_advisory_unlock` returned false): someone ran `pg_advisory_unlock_all()` or an extra
+ * unlock on that connection. Mutual exclusion may have been broken while the task ran.
+ */
+export class LockNotHeldError extends LockkitError {
+  declare readonly code: 'LOCK_NOT_HELD';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('LOCK_NOT_HELD', message, options);
+    this.name = 'LockNotHeldError';
   }
 }
 

@@ -1,10 +1,15 @@
 export {
+  ConnectionLostError,
+  DeadlockError,
   isLockkitError,
   LockKeyError,
   type LockKeyErrorCode,
   LockkitError,
   type LockkitErrorCode,
   type LockkitErrorOptions,
+  LockNotHeldError,
+  LockTableFullError,
+  LockTimeoutError,
   UnsupportedCapabilityError,
 } from './errors.js';
 export {
@@ -25,3 +30,18 @@ export {
   type PgLocksCoordinates,
   type PgLocksRow,
 } from './keys.js';
+export {
+  type AcquireOptions,
+  createLockClient,
+  type ExclusiveJobOptions,
+  type JobResult,
+  type LockClient,
+  type LockClientOptions,
+  type SessionLockOptions,
+  type SessionTask,
+  type TaskContext,
+  type TransactionLockOptions,
+  type TransactionTask,
+} from './lock.js';
+export { fromPostgresError, sqlState } from './postgres-errors.js';
+export { type LockMode, type LockScope, MAX_TIMEOUT_MS } from './sql.js';

@@ -1,0 +1,170 @@
+/**
+ * Session-scoped locks: only for adapters with the session capability (a dedicated connection).
+ */
+import {
+  ConnectionLostError,
+  createLockClient,
+  LockNotHeldError,
+  LockTimeoutError,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import { aborted, type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
+import { caseIt, type Fixture } from '../suite.js';
+
+export function sessionCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+): void {
+  const test = (id: Parameters<typeof caseIt>[1], title: string, fn: () => Promise<void>) =>
+    caseIt(adapter, id, title, fn);
+
+  test(
+    'session.survives-commit',
+    'a session lock outlives transactions the task commits and rolls back, and is released after',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const r = await f.locks.withSessionLock(key, async (_session, ctx) => {
+        await ctx.query('BEGIN');
+        await ctx.query('SELECT 1');
+        await ctx.query('COMMIT');
+        await ctx.query('BEGIN');
+        await ctx.query('ROLLBACK');
+        const seen = await f.observer.locksOn(key);
+        return seen.map((l) => l.mode);
+      });
+      expect(r).toEqual({ executed: true, result: ['ExclusiveLock'] });
+      expect(await f.observer.locksOn(key)).toEqual([]);
+    },
+  );
+
+  test(
+    'session.reentrant-and-stacking',
+    'the holding connection re-acquires (Postgres re-entrancy) and each acquire needs its own unlock',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const [k1, k2] = key.pair as readonly [number, number];
+      await f.locks.withSessionLock(key, async (_session, ctx) => {
+        const [again] = await ctx.query('SELECT pg_try_advisory_lock($1::int4, $2::int4) AS ok', [
+          k1,
+          k2,
+        ]);
+        expect(again?.ok).toBe(true);
+      });
+      // lockkit released its one acquire; the task's extra level is still held by that connection.
+      const left = await f.observer.locksOn(key);
+      expect(left).toHaveLength(1);
+      await f.observer.terminate(left[0]?.pid as number);
+      expect(await f.observer.until(async () => (await f.observer.locksOn(key)).length === 0)).toBe(
+        true,
+      );
+    },
+  );
+
+  test(
+    'session.released-on-error',
+    'a throwing task gets its error rethrown and the session lock released',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const boom = new Error('session task failed');
+      const error = await rejection(
+        f.locks.withSessionLock(key, async (_s, ctx) => {
+          await ctx.query('BEGIN');
+          await ctx.query('SELECT 1/0').catch(() => {});
+          throw boom;
+        }),
+      );
+      expect(error).toBe(boom);
+      expect(await f.observer.locksOn(key)).toEqual([]);
+    },
+  );
+
+  test(
+    'session.blocking',
+    'a waiting session acquisition waits, succeeds after release, and times out with LockTimeoutError',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const release = gate();
+      const holder = f.locks.withSessionLock(key, () => release.promise);
+      await f.observer.until(async () => (await f.observer.locksOn(key)).length === 1);
+      const timeout = await rejection(
+        f.locks.withSessionLock(key, async () => 'no', { wait: true, timeoutMs: 100 }),
+      );
+      expect(timeout).toBeInstanceOf(LockTimeoutError);
+      const waiter = f.locks.withSessionLock(key, async () => 'waited', {
+        wait: true,
+        timeoutMs: 20_000,
+        mode: 'exclusive',
+      });
+      await f.observer.until(async () => (await f.observer.locksOn(key)).some((l) => !l.granted));
+      release.open();
+      await holder;
+      expect(await waiter).toEqual({ executed: true, result: 'waited' });
+    },
+  );
+
+  test(
+    'session.separate-connections',
+    'two concurrent session calls on one key never share a connection: exactly one runs',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const both = gate();
+      let arrived = 0;
+      const results = await Promise.all(
+        [0, 1].map(() =>
+          f.locks
+            .withSessionLock(key, async () => {
+              await Promise.race([both.promise, new Promise((r) => setTimeout(r, 300))]);
+              return 'ran';
+            })
+            .then((r) => {
+              arrived++;
+              if (arrived === 1) both.open();
+              return r.executed;
+            }),
+        ),
+      );
+      expect(results.sort()).toEqual([false, true]);
+    },
+  );
+
+  test(
+    'session.unlocked-behind-our-back',
+    'a lock the task released itself makes the release fail with LockNotHeldError, never silence',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      const error = await rejection(
+        f.locks.withSessionLock(key, (_s, ctx) => ctx.query('SELECT pg_advisory_unlock_all()')),
+      );
+      expect(error).toBeInstanceOf(LockNotHeldError);
+      expect(await f.observer.locksOn(key)).toEqual([]);
+    },
+  );
+
+  test(
+    'session.terminated-holder',
+    'a terminated session holder: signal fires, ConnectionLostError, another worker takes over',
+    async () => {
+      const f = fixture();
+      const key = randomKey();
+      let reason: unknown;
+      const error = await rejection(
+        f.locks.withSessionLock(key, async (_s, ctx) => {
+          const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+          await f.observer.terminate(Number(row?.pid));
+          reason = await aborted(ctx.signal, 10_000);
+        }),
+      );
+      expect(reason).toBeDefined();
+      expect(error).toBeInstanceOf(ConnectionLostError);
+      const other = createLockClient(f.newInstance(2).executor);
+      expect((await other.withSessionLock(key, async () => 1)).executed).toBe(true);
+      expect((await f.locks.withSessionLock(randomKey(), async () => 2)).executed).toBe(true);
+    },
+  );
+}

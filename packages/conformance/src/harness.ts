@@ -1,0 +1,215 @@
+/**
+ * What every conformance case shares: the adapter description, a fresh adapter instance per test
+ * under its own `application_name`, and an outside observer — a plain `pg` connection that reads
+ * `pg_locks` and `pg_stat_activity` and never asks the adapter anything.
+ */
+import { randomBytes, randomInt } from 'node:crypto';
+import { type LockExecutor, LockKey } from '@lockkit/core';
+import pg from 'pg';
+
+/** Every case of the suite, by id; `disable` takes these. */
+export type ConformanceCaseId =
+  | 'transaction.exactly-one-of-50'
+  | 'transaction.release-on-commit'
+  | 'transaction.release-on-throw'
+  | 'transaction.native-handle-joins'
+  | 'transaction.shared-and-exclusive'
+  | 'transaction.blocking-waits'
+  | 'transaction.blocking-timeout'
+  | 'transaction.abort-cancels-wait'
+  | 'transaction.terminated-holder'
+  | 'transaction.savepoint-rollback'
+  | 'transaction.int8-keys'
+  | 'transaction.statement-timeout'
+  | 'transaction.idle-in-transaction-timeout'
+  | 'transaction.bad-input'
+  | 'session.survives-commit'
+  | 'session.reentrant-and-stacking'
+  | 'session.released-on-error'
+  | 'session.blocking'
+  | 'session.separate-connections'
+  | 'session.unlocked-behind-our-back'
+  | 'session.terminated-holder'
+  | 'pipelining.two-round-trips'
+  | 'robustness.counter-fuzz'
+  | 'robustness.mixed-operations';
+
+/** One adapter instance under test, over its own connections. */
+export interface AdapterInstance<Tx, Session> {
+  readonly executor: LockExecutor<Tx, Session>;
+  /** Connections currently checked out of the adapter's pool, when the driver can tell. */
+  checkedOut?(): number;
+  /** Closes every connection of this instance. */
+  close(): Promise<void>;
+}
+
+/** What an adapter package hands to {@link runConformance}. */
+export interface ConformanceAdapter<Tx, Session> {
+  /** Shown in test names. */
+  readonly name: string;
+  /** URL of a real PostgreSQL (in lockkit's own tests, `testDatabaseUrl()` of `@lockkit/test-db`). */
+  readonly databaseUrl: () => string;
+  /**
+   * Makes an instance over a new driver handle (a pool of at least `poolSize` connections) on
+   * `url`. Synchronous: drivers connect lazily.
+   */
+  readonly createInstance: (options: {
+    readonly url: string;
+    readonly poolSize: number;
+  }) => AdapterInstance<Tx, Session>;
+  /**
+   * Runs SQL through the driver's native transaction handle, as a user's task would; enables the
+   * case proving that such writes join the lock's transaction.
+   */
+  readonly nativeQuery?: (tx: Tx, text: string) => Promise<unknown>;
+  /** Cases this adapter cannot pass, each with the reason shown in the skipped test's name. */
+  readonly disable?: { readonly [K in ConformanceCaseId]?: string };
+}
+
+/** A random key no other test uses. */
+export function randomKey(): LockKey {
+  return LockKey.fromNames('lockkit-conformance', randomBytes(12).toString('hex'));
+}
+
+/** A random int8 key, negative half the time. */
+export function randomInt8Key(): LockKey {
+  const high = BigInt(randomInt(0, 2 ** 31)) * (randomInt(2) ? 1n : -1n);
+  return LockKey.fromBigInt((high << 32n) | BigInt(randomInt(0, 2 ** 32 - 1)));
+}
+
+/** A URL that tags connections with `application_name`. */
+export function taggedUrl(url: string, applicationName: string): string {
+  const tagged = new URL(url);
+  tagged.searchParams.set('application_name', applicationName);
+  return tagged.toString();
+}
+
+/** One advisory lock as the observer sees it. */
+export interface ObservedLock {
+  readonly pid: number;
+  readonly key: LockKey;
+  readonly mode: 'ExclusiveLock' | 'ShareLock';
+  readonly granted: boolean;
+}
+
+/** The outside view: its own connection to the database, reading catalog views only. */
+export class Observer {
+  private constructor(private readonly client: pg.Client) {}
+
+  /** Connects an observer to `url`. */
+  static async connect(url: string): Promise<Observer> {
+    const client = new pg.Client({
+      connectionString: taggedUrl(url, 'lockkit-conformance-observer'),
+    });
+    client.on('error', () => {});
+    await client.connect();
+    return new Observer(client);
+  }
+
+  /** Runs SQL on the observer's own connection. */
+  async query<R extends pg.QueryResultRow>(text: string, params: unknown[] = []): Promise<R[]> {
+    return (await this.client.query<R>(text, params)).rows;
+  }
+
+  /** Advisory locks held or awaited by connections tagged `applicationName`. */
+  async locksOf(applicationName: string): Promise<ObservedLock[]> {
+    const rows = await this.query<{
+      pid: number;
+      classid: string;
+      objid: string;
+      objsubid: number;
+      mode: ObservedLock['mode'];
+      granted: boolean;
+    }>(
+      `SELECT l.pid, l.classid::text, l.objid::text, l.objsubid::int AS objsubid, l.mode, l.granted
+         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND a.application_name = $1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      [applicationName],
+    );
+    return rows.map((r) => ({
+      pid: r.pid,
+      key: LockKey.fromPgLocks(r),
+      mode: r.mode,
+      granted: r.granted,
+    }));
+  }
+
+  /** Holders and waiters of `key`, by anyone. */
+  async locksOn(key: LockKey): Promise<ObservedLock[]> {
+    const { classid, objid, objsubid } = key.pgLocks;
+    const rows = await this.query<{ pid: number; mode: ObservedLock['mode']; granted: boolean }>(
+      `SELECT pid, mode, granted FROM pg_locks
+        WHERE locktype = 'advisory' AND classid = $1::int8::oid AND objid = $2::int8::oid
+          AND objsubid = $3 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+      [classid, objid, objsubid],
+    );
+    return rows.map((r) => ({ ...r, key }));
+  }
+
+  /** Connections tagged `applicationName` that are inside a transaction or running a statement. */
+  async busyConnectionsOf(applicationName: string): Promise<{ pid: number; state: string }[]> {
+    return this.query(
+      `SELECT pid, state FROM pg_stat_activity
+        WHERE application_name = $1 AND state IS NOT NULL AND state <> 'idle'`,
+      [applicationName],
+    );
+  }
+
+  /** Terminates a backend, as an administrator or a failing proxy would. */
+  async terminate(pid: number): Promise<void> {
+    await this.query('SELECT pg_terminate_backend($1)', [pid]);
+  }
+
+  /** Polls until `check` holds or `ms` pass; returns whether it held. */
+  async until(check: () => Promise<boolean>, ms = 5000): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      if (await check()) return true;
+      if (Date.now() > deadline) return false;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.client.end();
+  }
+}
+
+/** A promise with its resolver, for making one task wait for another. */
+export function gate<T = void>(): { promise: Promise<T>; open: (value: T) => void } {
+  let open!: (value: T) => void;
+  const promise = new Promise<T>((resolve) => {
+    open = resolve;
+  });
+  return { promise, open };
+}
+
+/** Resolves when `signal` aborts, or rejects after `ms`. */
+export function aborted(signal: AbortSignal, ms: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      resolve(signal.reason);
+      return;
+    }
+    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${ms} ms`)), ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
+/** Captures the rejection of `promise`, failing if it resolves. */
+export async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the operation to reject, it resolved');
+}

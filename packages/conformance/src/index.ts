@@ -1,0 +1,96 @@
+/**
+ * `@lockkit/conformance`: the suite every lockkit adapter must pass against a real PostgreSQL.
+ *
+ * @example
+ * ```ts
+ * // packages/my-adapter/test/conformance.test.ts
+ * import { runConformance } from '@lockkit/conformance';
+ * runConformance({
+ *   name: 'my-adapter',
+ *   databaseUrl: () => process.env.DATABASE_URL!,
+ *   createInstance: ({ url, poolSize }) => {
+ *     const pool = new Pool({ connectionString: url, max: poolSize });
+ *     return { executor: myExecutor(pool), close: () => pool.end() };
+ *   },
+ * });
+ * ```
+ *
+ * @packageDocumentation
+ */
+import { hasCapability } from '@lockkit/core';
+import { describe } from 'vitest';
+import { pipeliningCases } from './cases/pipelining.js';
+import { robustnessCases } from './cases/robustness.js';
+import { sessionCases } from './cases/session.js';
+import { transactionCases } from './cases/transaction.js';
+import type { ConformanceAdapter } from './harness.js';
+import { useFixture } from './suite.js';
+
+export {
+  type AdapterInstance,
+  type ConformanceAdapter,
+  type ConformanceCaseId,
+  type ObservedLock,
+  Observer,
+  randomInt8Key,
+  randomKey,
+  taggedUrl,
+} from './harness.js';
+export { type RoundTripProxy, startRoundTripProxy } from './proxy.js';
+
+/** The capability groups of the suite. */
+export type ConformanceGroup = 'transaction' | 'session' | 'pipelining' | 'robustness';
+
+/** Options of {@link runConformance}. */
+export interface RunConformanceOptions {
+  /** Run only these groups (e.g. through a transaction pooler, where session scope is unsafe). */
+  readonly groups?: readonly ConformanceGroup[];
+}
+
+/**
+ * Declares the whole suite as vitest tests, grouped by capability. A group whose capability the
+ * adapter lacks is declared as a visibly skipped group that says so; single cases can be disabled
+ * with a reason through `adapter.disable`. Every test uses a fresh adapter instance and random
+ * keys, checks results from outside through its own `pg` connection, and fails if it leaves an
+ * advisory lock, a checked-out connection or an open transaction behind.
+ */
+export function runConformance<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  options: RunConformanceOptions = {},
+): void {
+  const groups = new Set(options.groups ?? ['transaction', 'session', 'pipelining', 'robustness']);
+  // Capabilities are properties of the executor object: a probe instance that never connects.
+  const probe = adapter.createInstance({ url: adapter.databaseUrl(), poolSize: 1 });
+  const capabilities = {
+    session: hasCapability(probe.executor, 'session'),
+    pipelinedTransaction: hasCapability(probe.executor, 'pipelinedTransaction'),
+  };
+  void probe.close();
+
+  describe(`lockkit conformance: ${adapter.name}`, () => {
+    const group = (
+      name: ConformanceGroup,
+      missing: string | undefined,
+      cases: typeof transactionCases,
+    ) => {
+      if (!groups.has(name)) return;
+      if (missing) {
+        describe.skip(`${name} — skipped: the ${adapter.name} executor has no ${missing}`, () => {
+          cases(adapter, () => {
+            throw new Error('skipped group');
+          });
+        });
+        return;
+      }
+      describe(name, () => cases(adapter, useFixture(adapter)));
+    };
+    group('transaction', undefined, transactionCases);
+    group('session', capabilities.session ? undefined : 'session capability', sessionCases);
+    group(
+      'pipelining',
+      capabilities.pipelinedTransaction ? undefined : 'pipelinedTransaction capability',
+      pipeliningCases,
+    );
+    group('robustness', undefined, robustnessCases);
+  });
+}

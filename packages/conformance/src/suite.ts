@@ -1,0 +1,106 @@
+/**
+ * The per-test fixture: a fresh adapter instance under a fresh `application_name`, and the
+ * after-each checks that fail a test which leaks a lock or a pooled connection.
+ */
+import { randomBytes } from 'node:crypto';
+import { createLockClient, type LockClient } from '@lockkit/core';
+import { afterAll, afterEach, beforeAll, beforeEach, expect, it } from 'vitest';
+import {
+  type AdapterInstance,
+  type ConformanceAdapter,
+  type ConformanceCaseId,
+  Observer,
+  taggedUrl,
+} from './harness.js';
+
+/** What a case gets: instances, lock clients and the observer, all fresh for each test. */
+export interface Fixture<Tx, Session> {
+  readonly adapter: ConformanceAdapter<Tx, Session>;
+  /** This test's `application_name`: every instance of the test connects under it. */
+  readonly applicationName: string;
+  /** The database URL tagged with {@link Fixture.applicationName}. */
+  readonly url: string;
+  readonly observer: Observer;
+  /** The test's default instance (pool of 10). */
+  readonly instance: AdapterInstance<Tx, Session>;
+  /** A lock client over {@link Fixture.instance}. */
+  readonly locks: LockClient<Tx, Session>;
+  /** Another instance for this test, closed and leak-checked with it. */
+  newInstance(poolSize: number, url?: string): AdapterInstance<Tx, Session>;
+}
+
+/** Declares the fixture hooks in the current describe block and returns its accessor. */
+export function useFixture<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+): () => Fixture<Tx, Session> {
+  let observer: Observer | undefined;
+  let current: Fixture<Tx, Session> | undefined;
+  let instances: AdapterInstance<Tx, Session>[] = [];
+
+  beforeAll(async () => {
+    observer = await Observer.connect(adapter.databaseUrl());
+  });
+  afterAll(async () => {
+    await observer?.close();
+  });
+
+  beforeEach(() => {
+    const applicationName = `lockkit-conf-${randomBytes(6).toString('hex')}`;
+    const url = taggedUrl(adapter.databaseUrl(), applicationName);
+    instances = [];
+    const newInstance = (poolSize: number, at = url) => {
+      const created = adapter.createInstance({ url: at, poolSize });
+      instances.push(created);
+      return created;
+    };
+    const instance = newInstance(10);
+    current = {
+      adapter,
+      applicationName,
+      url,
+      observer: observer as Observer,
+      instance,
+      locks: createLockClient(instance.executor),
+      newInstance,
+    };
+  });
+
+  afterEach(async () => {
+    const fixture = current as Fixture<Tx, Session>;
+    const leakedConnections = instances.reduce((n, i) => n + (i.checkedOut?.() ?? 0), 0);
+    // Postgres frees a terminated backend's locks a moment after the client notices.
+    let locks = await fixture.observer.locksOf(fixture.applicationName);
+    if (locks.length > 0) {
+      await fixture.observer.until(
+        async () => (locks = await fixture.observer.locksOf(fixture.applicationName)).length === 0,
+        1000,
+      );
+    }
+    const busy = await fixture.observer.busyConnectionsOf(fixture.applicationName);
+    await Promise.all(instances.map((i) => i.close()));
+    expect(
+      locks.map((l) => `${l.key} ${l.mode} granted=${l.granted}`),
+      'leaked advisory locks',
+    ).toEqual([]);
+    expect(leakedConnections, 'connections still checked out of the pool').toBe(0);
+    expect(busy, 'connections left inside a transaction').toEqual([]);
+  });
+
+  return () => current as Fixture<Tx, Session>;
+}
+
+/** `it`, or a visible skip carrying the adapter's reason when the case is disabled. */
+export function caseIt<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  id: ConformanceCaseId,
+  title: string,
+  fn: () => Promise<void>,
+  timeout?: number,
+): void {
+  const reason = adapter.disable?.[id];
+  if (reason !== undefined) {
+    it.skip(`${id}: ${title} — disabled by the adapter: ${reason}`, fn);
+  } else {
+    it(`${id}: ${title}`, fn, timeout);
+  }
+}

@@ -1,0 +1,502 @@
+/**
+ * The lock engine: every lock operation users call, written once over any {@link LockExecutor}.
+ *
+ * @packageDocumentation
+ */
+import { ConnectionLostError, LockkitError, LockNotHeldError } from './errors.js';
+import {
+  assertLockExecutor,
+  type LockExecutor,
+  type QueryFn,
+  type Row,
+  requireCapability,
+  type TransactionContext,
+} from './executor.js';
+import { LockKey } from './keys.js';
+import { fromPostgresError, sqlState } from './postgres-errors.js';
+import {
+  BEGIN,
+  COMMIT,
+  cancelBackendStatement,
+  checkMilliseconds,
+  heldStatement,
+  inlinePrepareStatement,
+  inlineTryLockStatement,
+  type LockMode,
+  lockStatement,
+  ROLLBACK,
+  type SettingValue,
+  unlockStatement,
+} from './sql.js';
+
+/** How to acquire a lock. */
+export interface AcquireOptions {
+  /** `'exclusive'` (default) or `'shared'`: shared holders coexist, exclusive excludes all. */
+  readonly mode?: LockMode;
+  /**
+   * `false` (default): try once and return `{ executed: false }` at once when the lock is taken.
+   * `true`: wait for it (bounded by `timeoutMs`, cancelled by `signal`).
+   */
+  readonly wait?: boolean;
+  /** With `wait: true`: give up after this many milliseconds with a `LockTimeoutError`. */
+  readonly timeoutMs?: number;
+  /**
+   * Cancels a wait (the operation then rejects with code `ABORTED`) and is combined into the
+   * task's own signal.
+   */
+  readonly signal?: AbortSignal;
+}
+
+/** Options of a transaction-scoped lock. */
+export interface TransactionLockOptions extends AcquireOptions {
+  /** `SET LOCAL statement_timeout` for the transaction: no single statement runs longer. */
+  readonly statementTimeoutMs?: number;
+  /**
+   * `SET LOCAL idle_in_transaction_session_timeout`: if the task stops talking to the database
+   * for this long, Postgres ends the connection and the lock is released, so a stuck task cannot
+   * pin a lock forever. The task then gets its signal and the call a `ConnectionLostError`.
+   */
+  readonly idleInTransactionTimeoutMs?: number;
+}
+
+/** Options of {@link LockClient.runExclusiveJob}: always exclusive, never waits. */
+export type ExclusiveJobOptions = Omit<TransactionLockOptions, 'mode' | 'wait' | 'timeoutMs'>;
+
+/** Options of a session-scoped lock. */
+export type SessionLockOptions = AcquireOptions;
+
+/** What a task receives besides the driver's native handle. */
+export interface TaskContext {
+  /**
+   * Aborted when the lock can no longer be trusted: the connection holding it errored, ended or
+   * was terminated (Postgres has released the lock), or the caller's own `signal` aborted.
+   * Long tasks should check it between steps.
+   */
+  readonly signal: AbortSignal;
+  /** The lock being held. */
+  readonly key: LockKey;
+  /** Runs SQL on the lock's own connection (inside its transaction, for transaction scope). */
+  readonly query: QueryFn;
+}
+
+/** A task run under a transaction-scoped lock, with the driver's transaction handle. */
+export type TransactionTask<Tx, T> = (tx: Tx, ctx: TaskContext) => Promise<T> | T;
+
+/** A task run under a session-scoped lock, with the driver's handle for the dedicated connection. */
+export type SessionTask<Session, T> = (session: Session, ctx: TaskContext) => Promise<T> | T;
+
+/** `{ executed: false }` when another holder had the lock; else the task's result. */
+export type JobResult<T> =
+  | { readonly executed: false }
+  | { readonly executed: true; readonly result: T };
+
+/**
+ * The lock operations, bound to one executor. Made by {@link createLockClient}, or by an
+ * adapter's `createLockKit(handle)`.
+ */
+export interface LockClient<Tx, Session> {
+  /** The executor every operation runs on. */
+  readonly executor: LockExecutor<Tx, Session>;
+
+  /**
+   * Runs `task` on exactly one of the callers that race for `(namespace, jobKey)`.
+   *
+   * Inside one transaction it takes `pg_try_advisory_xact_lock(key1, key2)`
+   * ({@link generateLockKeys}). The winner runs `task` with the driver's transaction handle, so
+   * the task's own writes commit or roll back with the lock; the others get `{ executed: false }`
+   * at once, without waiting. A throwing task rolls back, releases the lock and rethrows.
+   * The decision costs two round trips on adapters that pipeline BEGIN with the try-lock.
+   *
+   * @example
+   * ```ts
+   * const r = await locks.runExclusiveJob('cron_jobs', 'generate_invoices', async (tx) => {
+   *   await tx.query('INSERT INTO invoices …');
+   *   return 42;
+   * });
+   * if (r.executed) console.log(r.result);
+   * ```
+   */
+  runExclusiveJob<T>(
+    namespace: string,
+    jobKey: string,
+    task: TransactionTask<Tx, T>,
+    options?: ExclusiveJobOptions,
+  ): Promise<JobResult<T>>;
+
+  /**
+   * Runs `task` holding `key` for one transaction (released at COMMIT or ROLLBACK).
+   *
+   * Try (default) or wait (`wait: true`, with `timeoutMs` and `signal`); exclusive (default) or
+   * shared. Concurrency guarantee: while the task runs, no other holder has the key in a
+   * conflicting mode, unless the task's `signal` fires (the connection died and the lock with it).
+   */
+  withLock<T>(
+    key: LockKey,
+    task: TransactionTask<Tx, T>,
+    options?: TransactionLockOptions,
+  ): Promise<JobResult<T>>;
+
+  /**
+   * Runs `task` holding a session-level lock on a dedicated connection, outside any transaction:
+   * the lock survives the task's own commits and is released (one unlock for the one acquire)
+   * in `finally`. Needs the executor's session capability; never use it through a
+   * transaction-pooling proxy. Re-entrancy is Postgres's: on its own connection the task may take
+   * the same key again, and each extra acquire then needs its own unlock.
+   */
+  withSessionLock<T>(
+    key: LockKey,
+    task: SessionTask<Session, T>,
+    options?: SessionLockOptions,
+  ): Promise<JobResult<T>>;
+}
+
+/** Defaults applied to every transaction-scoped call of one client. */
+export interface LockClientOptions {
+  /** Default `statementTimeoutMs` of transaction-scoped calls. */
+  readonly statementTimeoutMs?: number;
+  /** Default `idleInTransactionTimeoutMs` of transaction-scoped calls. */
+  readonly idleInTransactionTimeoutMs?: number;
+}
+
+const SKIPPED: JobResult<never> = Object.freeze({ executed: false });
+
+/** Marks an error thrown by the user's task, so that it is rethrown unchanged. */
+class TaskFailure {
+  constructor(readonly error: unknown) {}
+}
+
+interface Plan {
+  readonly mode: LockMode;
+  readonly wait: boolean;
+  readonly timeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly settings: readonly SettingValue[];
+}
+
+function checkTask(task: unknown): void {
+  if (typeof task !== 'function') {
+    throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
+  }
+}
+
+function checkKey(key: unknown): LockKey {
+  if (!(key instanceof LockKey)) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'The key must be a LockKey (LockKey.fromNames, fromPair or fromBigInt).',
+    );
+  }
+  return key;
+}
+
+function plan(options: TransactionLockOptions, transactionScope: boolean): Plan {
+  const mode = options.mode ?? 'exclusive';
+  if (mode !== 'exclusive' && mode !== 'shared') {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `mode must be 'exclusive' or 'shared', got ${String(mode)}.`,
+    );
+  }
+  const wait = options.wait ?? false;
+  if (typeof wait !== 'boolean') {
+    throw new LockkitError('OPTION_INVALID', 'wait must be a boolean.');
+  }
+  if (options.timeoutMs !== undefined && !wait) {
+    throw new LockkitError('OPTION_INVALID', 'timeoutMs only applies with wait: true.');
+  }
+  const timeoutMs =
+    options.timeoutMs === undefined
+      ? undefined
+      : checkMilliseconds(options.timeoutMs, 'timeoutMs', 1);
+  const signal = options.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new LockkitError('OPTION_INVALID', 'signal must be an AbortSignal.');
+  }
+  const settings: SettingValue[] = [];
+  if (
+    !transactionScope &&
+    (options.statementTimeoutMs !== undefined || options.idleInTransactionTimeoutMs !== undefined)
+  ) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'statement and idle timeouts apply to transaction scope only.',
+    );
+  }
+  if (options.statementTimeoutMs !== undefined) {
+    settings.push([
+      'statement_timeout',
+      checkMilliseconds(options.statementTimeoutMs, 'statementTimeoutMs', 0),
+    ]);
+  }
+  if (options.idleInTransactionTimeoutMs !== undefined) {
+    settings.push([
+      'idle_in_transaction_session_timeout',
+      checkMilliseconds(options.idleInTransactionTimeoutMs, 'idleInTransactionTimeoutMs', 0),
+    ]);
+  }
+  return { mode, wait, timeoutMs, signal, settings };
+}
+
+function abortedError(signal: AbortSignal, cause?: unknown): LockkitError {
+  return new LockkitError(
+    'ABORTED',
+    'The operation was aborted by its signal before the lock was acquired.',
+    {
+      cause: cause ?? signal.reason,
+    },
+  );
+}
+
+function first(rows: Row[]): Row {
+  const row = rows[0];
+  if (!row) throw new LockkitError('EXECUTOR_INVALID', 'A lock statement returned no row.');
+  return row;
+}
+
+/**
+ * Classifies a failure of one whole operation: the task's own error is rethrown unchanged unless
+ * the connection was lost (then the caller must learn that the lock went away); a lost
+ * connection becomes {@link ConnectionLostError}; a cancelled wait `ABORTED`; Postgres errors
+ * their typed error.
+ */
+function classify(
+  error: unknown,
+  what: string,
+  connection: AbortSignal | undefined,
+  caller: AbortSignal | undefined,
+): unknown {
+  const original = error instanceof TaskFailure ? error.error : error;
+  if (connection?.aborted) {
+    const mapped = fromPostgresError(connection.reason, what);
+    if (mapped instanceof ConnectionLostError) return mapped;
+    return new ConnectionLostError(
+      `${what}: the connection holding the lock was lost; Postgres has released the lock.`,
+      { cause: original === undefined ? connection.reason : original },
+    );
+  }
+  // The task's own errors pass unchanged, except the Postgres failures that lockkit's options
+  // cause or that end the lock (timeouts, deadlock, lost connection, full lock table).
+  if (caller?.aborted && sqlState(original) === '57014') return abortedError(caller, original);
+  return fromPostgresError(original, what);
+}
+
+/**
+ * Binds the lock operations to an executor. Adapters wrap this as `createLockKit(handle)`.
+ * @throws {@link LockkitError} `EXECUTOR_INVALID` when `executor` is not a LockExecutor.
+ */
+export function createLockClient<Tx, Session>(
+  executor: LockExecutor<Tx, Session>,
+  options: LockClientOptions = {},
+): LockClient<Tx, Session> {
+  assertLockExecutor(executor);
+  const defaults: LockClientOptions = {
+    ...(options.statementTimeoutMs !== undefined && {
+      statementTimeoutMs: checkMilliseconds(options.statementTimeoutMs, 'statementTimeoutMs', 0),
+    }),
+    ...(options.idleInTransactionTimeoutMs !== undefined && {
+      idleInTransactionTimeoutMs: checkMilliseconds(
+        options.idleInTransactionTimeoutMs,
+        'idleInTransactionTimeoutMs',
+        0,
+      ),
+    }),
+  };
+
+  /** Cancels a lock wait from another connection; best effort, the wait may have ended. */
+  const cancelWait = (pid: number): void => {
+    const statement = cancelBackendStatement(pid);
+    executor.transaction((ctx) => ctx.query(statement.text, statement.params)).catch(() => {});
+  };
+
+  /** Waits on `query` for the lock, cancelling the wait when `signal` aborts. */
+  const waitForLock = async (
+    query: QueryFn,
+    key: LockKey,
+    p: Plan,
+    pid: number | undefined,
+    scope: 'transaction' | 'session',
+  ): Promise<void> => {
+    const statement = lockStatement(key, scope, p.mode, true);
+    const onAbort = () => pid !== undefined && cancelWait(pid);
+    p.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      await query(statement.text, statement.params);
+    } finally {
+      p.signal?.removeEventListener('abort', onAbort);
+    }
+  };
+
+  const runTask = async <H, T>(
+    task: (handle: H, ctx: TaskContext) => Promise<T> | T,
+    handle: H,
+    key: LockKey,
+    query: QueryFn,
+    connection: AbortSignal,
+    caller: AbortSignal | undefined,
+  ): Promise<T> => {
+    const signal = caller ? AbortSignal.any([connection, caller]) : connection;
+    try {
+      return await task(handle, { signal, key, query });
+    } catch (error) {
+      throw new TaskFailure(error);
+    }
+  };
+
+  async function withLock<T>(
+    key: LockKey,
+    task: TransactionTask<Tx, T>,
+    callOptions: TransactionLockOptions = {},
+  ): Promise<JobResult<T>> {
+    checkKey(key);
+    checkTask(task);
+    const p = plan({ ...defaults, ...callOptions }, true);
+    if (p.signal?.aborted) throw abortedError(p.signal);
+    const what = `lock ${key}`;
+    let connection: AbortSignal | undefined;
+
+    const settings: SettingValue[] = [...p.settings];
+    if (p.wait && p.timeoutMs !== undefined) settings.unshift(['lock_timeout', p.timeoutMs]);
+    // Waiting: first statement sets the timeouts and reports the pid; try: it takes the lock.
+    const opening = p.wait
+      ? inlinePrepareStatement(settings)
+      : inlineTryLockStatement(key, p.mode, settings);
+
+    const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
+      connection = ctx.signal;
+      if (p.wait) {
+        await waitForLock(ctx.query, key, p, first(openingRows).pid as number, 'transaction');
+        // Got it, but the caller gave up meanwhile: the rollback releases it.
+        if (p.signal?.aborted) throw abortedError(p.signal);
+      } else if (first(openingRows).acquired !== true) {
+        return SKIPPED;
+      }
+      const result = await runTask(task, ctx.tx, key, ctx.query, ctx.signal, p.signal);
+      return { executed: true, result };
+    };
+
+    try {
+      if (executor.pipelinedTransaction) {
+        return await executor.pipelinedTransaction(opening, body);
+      }
+      return await executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+    } catch (error) {
+      throw classify(error, what, connection, p.signal);
+    }
+  }
+
+  async function withSessionLock<T>(
+    key: LockKey,
+    task: SessionTask<Session, T>,
+    callOptions: SessionLockOptions = {},
+  ): Promise<JobResult<T>> {
+    checkKey(key);
+    checkTask(task);
+    requireCapability(
+      executor,
+      'session',
+      'Use a transaction-scoped lock, or a lease for long jobs.',
+    );
+    const p = plan(callOptions, false);
+    if (p.signal?.aborted) throw abortedError(p.signal);
+    const what = `session lock ${key}`;
+    let connection: AbortSignal | undefined;
+    try {
+      return await executor.session(async (ctx) => {
+        connection = ctx.signal;
+        if (p.wait) {
+          // The wait runs in a short transaction only so that SET LOCAL bounds it; the session
+          // lock itself survives the COMMIT.
+          await ctx.query(BEGIN);
+          try {
+            const settings: SettingValue[] =
+              p.timeoutMs === undefined ? [] : [['lock_timeout', p.timeoutMs]];
+            const pid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
+            await waitForLock(ctx.query, key, p, pid, 'session');
+            await ctx.query(COMMIT);
+          } catch (error) {
+            if (!ctx.signal.aborted) {
+              await ctx.query(ROLLBACK).catch(() => {});
+              // A wait cut short (timeout, cancel) just as the lock was granted keeps the
+              // session lock through the rollback: give it back.
+              const held = heldStatement(key, p.mode);
+              const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
+              if (Number(first(rows).held) > 0) await release(ctx.query, key, p.mode, error);
+            }
+            throw error;
+          }
+          // Got it, but the caller gave up meanwhile: a session lock outlives the transaction,
+          // so it needs its unlock.
+          if (p.signal?.aborted) {
+            await release(ctx.query, key, p.mode, undefined);
+            throw abortedError(p.signal);
+          }
+        } else {
+          const statement = lockStatement(key, 'session', p.mode, false);
+          if (first(await ctx.query(statement.text, statement.params)).acquired !== true) {
+            return SKIPPED;
+          }
+        }
+        let outcome: { ok: true; result: T } | { ok: false; failure: TaskFailure };
+        try {
+          outcome = {
+            ok: true,
+            result: await runTask(task, ctx.session, key, ctx.query, ctx.signal, p.signal),
+          };
+        } catch (error) {
+          outcome = { ok: false, failure: error as TaskFailure };
+        }
+        // The connection died during the task: the lock went with it, and the caller must know.
+        if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
+        await release(ctx.query, key, p.mode, outcome.ok ? undefined : outcome.failure.error);
+        if (!outcome.ok) throw outcome.failure;
+        return { executed: true, result: outcome.result };
+      });
+    } catch (error) {
+      throw classify(error, what, connection, p.signal);
+    }
+  }
+
+  /** One unlock for the one acquire; a lock that is not held any more is an error, never silence. */
+  const release = async (
+    query: QueryFn,
+    key: LockKey,
+    mode: LockMode,
+    taskError: unknown,
+  ): Promise<void> => {
+    const statement = unlockStatement(key, mode);
+    let rows: Row[];
+    try {
+      rows = await query(statement.text, statement.params);
+    } catch (error) {
+      // The task left a failed transaction open on the session: end it, then unlock.
+      if (sqlState(error) !== '25P02') throw error;
+      await query(ROLLBACK);
+      rows = await query(statement.text, statement.params);
+    }
+    if (first(rows).released !== true) {
+      throw new LockNotHeldError(
+        `session lock ${key} was no longer held when released: something unlocked it while the task ran, so other holders may have run concurrently.`,
+        taskError === undefined ? {} : { cause: taskError },
+      );
+    }
+  };
+
+  return Object.freeze({
+    executor,
+    withLock,
+    withSessionLock,
+    async runExclusiveJob<T>(
+      namespace: string,
+      jobKey: string,
+      task: TransactionTask<Tx, T>,
+      jobOptions: ExclusiveJobOptions = {},
+    ): Promise<JobResult<T>> {
+      const { signal, statementTimeoutMs, idleInTransactionTimeoutMs } = jobOptions;
+      return withLock(LockKey.fromNames(namespace, jobKey), task, {
+        ...(signal !== undefined && { signal }),
+        ...(statementTimeoutMs !== undefined && { statementTimeoutMs }),
+        ...(idleInTransactionTimeoutMs !== undefined && { idleInTransactionTimeoutMs }),
+      });
+    },
+  });
+}

@@ -1,0 +1,74 @@
+/**
+ * The one place where Postgres SQLSTATEs become typed lockkit errors.
+ *
+ * Drivers differ in how they surface a server error, but node-postgres, postgres.js and Prisma's
+ * pg adapter all keep the SQLSTATE in a `code` string (Prisma: on `cause` or `meta`).
+ */
+import {
+  ConnectionLostError,
+  DeadlockError,
+  LockkitError,
+  LockTableFullError,
+  LockTimeoutError,
+} from './errors.js';
+
+/** SQLSTATE of a driver error, looked up on the error and its `cause` chain. */
+export function sqlState(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+    const { code, meta, cause } = current as {
+      code?: unknown;
+      meta?: { code?: unknown };
+      cause?: unknown;
+    };
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+    if (meta && typeof meta.code === 'string' && /^[0-9A-Z]{5}$/.test(meta.code)) return meta.code;
+    current = cause;
+  }
+  return undefined;
+}
+
+/**
+ * Maps a driver error to the typed lockkit error for its SQLSTATE, or returns it unchanged when
+ * it is not one lockkit gives a meaning to. `what` names the operation for the message.
+ */
+export function fromPostgresError(error: unknown, what: string): unknown {
+  if (error instanceof LockkitError) return error;
+  const state = sqlState(error);
+  const detail = error instanceof Error ? error.message : String(error);
+  switch (state) {
+    case '55P03':
+      return new LockTimeoutError(`${what}: lock not acquired within the timeout (${detail}).`, {
+        cause: error,
+      });
+    case '40P01':
+      return new DeadlockError(`${what}: rolled back to break a deadlock (${detail}).`, {
+        cause: error,
+      });
+    case '25P03':
+      return new ConnectionLostError(
+        `${what}: the server closed the connection after idle_in_transaction_session_timeout; its locks are released (${detail}).`,
+        { cause: error, idleInTransactionTimeout: true },
+      );
+    case '57P01':
+    case '57P02':
+    case '57P03':
+      return new ConnectionLostError(
+        `${what}: the server terminated the connection; its locks are released (${detail}).`,
+        { cause: error },
+      );
+    case '53200':
+      return new LockTableFullError(
+        `${what}: the Postgres lock table is full (out of shared memory). Release locks sooner or raise max_locks_per_transaction (needs a restart) (${detail}).`,
+        { cause: error },
+      );
+    case '57014':
+      return new LockkitError(
+        'STATEMENT_TIMEOUT',
+        `${what}: statement cancelled by statement_timeout or a cancel request (${detail}).`,
+        { cause: error },
+      );
+    default:
+      return error;
+  }
+}

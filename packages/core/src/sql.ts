@@ -1,0 +1,156 @@
+/**
+ * Every SQL statement lockkit sends to Postgres, in one place.
+ *
+ * Values always travel as parameters, with one exception: a statement that an adapter may send
+ * pipelined with BEGIN in one simple-protocol query, which cannot carry parameters. Those inline
+ * only values this module has validated itself: integer lock keys (checked by {@link LockKey})
+ * and integer millisecond settings (checked by {@link checkMilliseconds}).
+ *
+ * @packageDocumentation
+ */
+import { LockkitError } from './errors.js';
+import type { LockKey } from './keys.js';
+
+/** Exclusive locks exclude everyone; shared locks exclude only exclusive ones. */
+export type LockMode = 'exclusive' | 'shared';
+
+/** `transaction`: released at COMMIT/ROLLBACK. `session`: held until unlocked or disconnected. */
+export type LockScope = 'transaction' | 'session';
+
+/** Session settings lockkit may set for one transaction (`SET LOCAL`). */
+export type TransactionSetting =
+  | 'lock_timeout'
+  | 'statement_timeout'
+  | 'idle_in_transaction_session_timeout';
+
+/** A setting and its value in milliseconds, validated by {@link checkMilliseconds}. */
+export type SettingValue = readonly [TransactionSetting, number];
+
+/** A statement with positional parameters. */
+export interface Statement {
+  readonly text: string;
+  readonly params: readonly unknown[];
+}
+
+/** Largest value Postgres accepts for a millisecond timeout setting (INT_MAX). */
+export const MAX_TIMEOUT_MS = 2_147_483_647;
+
+/**
+ * Validates a millisecond option: an integer from `min` to {@link MAX_TIMEOUT_MS}.
+ * @throws {@link LockkitError} `OPTION_INVALID`.
+ */
+export function checkMilliseconds(value: unknown, name: string, min: number): number {
+  if (
+    typeof value !== 'number' ||
+    !Number.isInteger(value) ||
+    value < min ||
+    value > MAX_TIMEOUT_MS
+  ) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `${name} must be an integer number of milliseconds from ${min} to ${MAX_TIMEOUT_MS}, got ${String(value)}.`,
+    );
+  }
+  return value;
+}
+
+function lockFunction(scope: LockScope, mode: LockMode, wait: boolean, unlock = false): string {
+  const shared = mode === 'shared' ? '_shared' : '';
+  if (unlock) return `pg_advisory_unlock${shared}`;
+  return `pg_${wait ? '' : 'try_'}advisory_${scope === 'transaction' ? 'xact_' : ''}lock${shared}`;
+}
+
+function keyArguments(key: LockKey): Statement {
+  if (key.pair) return { text: '$1::int4, $2::int4', params: [key.pair[0], key.pair[1]] };
+  return { text: '$1::int8', params: [String(key.int8)] };
+}
+
+function inlineKeyArguments(key: LockKey): string {
+  // Safe to inline: LockKey holds only validated int4 numbers or an int8 bigint.
+  if (key.pair) return `(${key.pair[0] | 0})::int4, (${key.pair[1] | 0})::int4`;
+  return `(${BigInt.asIntN(64, key.int8 as bigint)})::int8`;
+}
+
+/**
+ * Takes the lock, as one statement returning one row with a boolean `acquired`. Try-locks return
+ * whether they got it; waiting locks return true once they have it (or fail with 55P03).
+ */
+export function lockStatement(
+  key: LockKey,
+  scope: LockScope,
+  mode: LockMode,
+  wait: boolean,
+): Statement {
+  const args = keyArguments(key);
+  const fn = lockFunction(scope, mode, wait);
+  const text = wait
+    ? `SELECT true AS acquired FROM ${fn}(${args.text})`
+    : `SELECT ${fn}(${args.text}) AS acquired`;
+  return { text, params: args.params };
+}
+
+/**
+ * The try-lock of {@link lockStatement} (transaction scope) with the given settings applied in the
+ * same statement, values inlined so that it can be pipelined with BEGIN. Returns `acquired`.
+ */
+export function inlineTryLockStatement(
+  key: LockKey,
+  mode: LockMode,
+  settings: readonly SettingValue[],
+): string {
+  const fn = lockFunction('transaction', mode, false);
+  return `SELECT ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`].join(', ')}`;
+}
+
+function inlineSettings(settings: readonly SettingValue[]): string[] {
+  return settings.map(
+    ([name, ms], i) => `set_config('${name}', '${checkMilliseconds(ms, name, 0)}', true) AS s${i}`,
+  );
+}
+
+/**
+ * Applies settings for the current transaction and reports the backend pid (needed to cancel a
+ * wait from another connection). Inlined values, so it can be pipelined with BEGIN. Returns `pid`.
+ */
+export function inlinePrepareStatement(settings: readonly SettingValue[]): string {
+  return `SELECT ${['pg_backend_pid() AS pid', ...inlineSettings(settings)].join(', ')}`;
+}
+
+/** Releases one level of a session lock; returns one row with a boolean `released`. */
+export function unlockStatement(key: LockKey, mode: LockMode): Statement {
+  const args = keyArguments(key);
+  return {
+    text: `SELECT ${lockFunction('session', mode, false, true)}(${args.text}) AS released`,
+    params: args.params,
+  };
+}
+
+/**
+ * Whether this connection holds `key` in `mode` at session or transaction level: one row with an
+ * integer `held` (the levels held). Used after a failed session wait, since a wait cut short at
+ * the very moment the lock was granted leaves a session lock that survives the rollback.
+ */
+export function heldStatement(key: LockKey, mode: LockMode): Statement {
+  const { classid, objid, objsubid } = key.pgLocks;
+  return {
+    text: `SELECT count(*)::int AS held FROM pg_locks
+            WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND classid = $1::int8::oid AND objid = $2::int8::oid AND objsubid = $3::int2
+              AND mode = $4`,
+    params: [classid, objid, objsubid, mode === 'shared' ? 'ShareLock' : 'ExclusiveLock'],
+  };
+}
+
+/** Cancels the statement running on another backend (a lock wait the caller gave up on). */
+export const cancelBackendStatement = (pid: number): Statement => ({
+  text: 'SELECT pg_cancel_backend($1::int4) AS cancelled',
+  params: [pid],
+});
+
+/** Transaction control sent by core on a session connection (session-scoped blocking waits). */
+export const BEGIN = 'BEGIN';
+/** See {@link BEGIN}. */
+export const COMMIT = 'COMMIT';
+/** See {@link BEGIN}. */
+export const ROLLBACK = 'ROLLBACK';

@@ -1,0 +1,197 @@
+/**
+ * The node-postgres executor: transactions and sessions on connections from a `pg.Pool`, or on
+ * one `pg.Client` used by one operation at a time.
+ *
+ * The driver types are declared structurally (what we call, nothing more), so this package does
+ * not depend on `@types/pg` and accepts any compatible pool.
+ */
+import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
+
+/** The part of a `pg` query result we read. */
+export interface PgResultLike {
+  readonly rows: Row[];
+}
+
+/** The part of a `pg.Client` / `pg.PoolClient` we use. */
+export interface PgClientLike {
+  query(text: string, values?: unknown[]): Promise<PgResultLike | PgResultLike[]>;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  removeListener(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener(event: 'end', listener: () => void): unknown;
+}
+
+/** The part of a `pg.PoolClient` we use: a client that goes back to its pool. */
+export interface PgPoolClientLike extends PgClientLike {
+  /** With an error (or `true`), the pool destroys the connection instead of reusing it. */
+  release(error?: Error | boolean): void;
+}
+
+/** The part of a `pg.Pool` we use. */
+export interface PgPoolLike {
+  connect(): Promise<PgPoolClientLike>;
+}
+
+/** Options of {@link pgExecutor}. */
+export interface PgExecutorOptions {
+  /** Name reported in errors; default `'pg'`. */
+  readonly name?: string;
+}
+
+/** True for errors that mean the connection itself is unusable, not that one statement failed. */
+function isConnectionError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && /^(57P0[123]|08\w{3})$/.test(code)) return true;
+  if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return true; // ECONNRESET, EPIPE, …
+  return (
+    typeof message === 'string' &&
+    /Connection terminated|not queryable|connection error|Client was closed/i.test(message)
+  );
+}
+
+interface Lease<C extends PgClientLike> {
+  readonly client: C;
+  readonly done: (broken: Error | undefined) => void;
+}
+
+/** Watches one checked-out connection: its signal aborts when the connection errors or ends. */
+function watch(client: PgClientLike): {
+  signal: AbortSignal;
+  query: QueryFn;
+  unwatch: () => void;
+} {
+  const controller = new AbortController();
+  const onError = (error: Error) => controller.abort(error);
+  const onEnd = () => controller.abort(new Error('Connection ended'));
+  // Without an 'error' listener, a backend terminated while the connection is checked out would
+  // crash the process; with one, the task learns of it through its signal.
+  client.on('error', onError);
+  client.on('end', onEnd);
+  const query: QueryFn = async (text, params) => {
+    try {
+      const result = await client.query(text, params === undefined ? undefined : [...params]);
+      return (Array.isArray(result) ? (result.at(-1)?.rows ?? []) : result.rows) as Row[];
+    } catch (error) {
+      if (isConnectionError(error)) controller.abort(error);
+      throw error;
+    }
+  };
+  return {
+    signal: controller.signal,
+    query,
+    unwatch: () => {
+      client.removeListener('error', onError);
+      client.removeListener('end', onEnd);
+    },
+  };
+}
+
+function isPool(handle: PgPoolLike | PgClientLike): handle is PgPoolLike {
+  return (
+    typeof (handle as Partial<PgPoolLike>).connect === 'function' &&
+    !('release' in handle) &&
+    typeof (handle as { totalCount?: unknown }).totalCount === 'number'
+  );
+}
+
+/**
+ * A {@link LockExecutor} over a `pg.Pool` (each operation on its own pooled connection, always
+ * released, destroyed when it broke) or over one connected `pg.Client` (operations take turns on
+ * it, so two tasks never share the connection at once).
+ *
+ * Capabilities: transaction, session, pipelined BEGIN + first statement (one simple-protocol
+ * round trip).
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg';
+ * import { createLockClient } from '@lockkit/core';
+ * import { pgExecutor } from '@lockkit/pg';
+ * const locks = createLockClient(pgExecutor(new pg.Pool()));
+ * ```
+ */
+export function pgExecutor<C extends PgPoolClientLike = PgPoolClientLike>(
+  pool: PgPoolLike & { connect(): Promise<C> },
+  options?: PgExecutorOptions,
+): LockExecutor<C, C>;
+export function pgExecutor<C extends PgClientLike>(
+  client: C,
+  options?: PgExecutorOptions,
+): LockExecutor<C, C>;
+export function pgExecutor(
+  handle: PgPoolLike | PgClientLike,
+  options: PgExecutorOptions = {},
+): LockExecutor<PgClientLike, PgClientLike> {
+  const acquire = isPool(handle) ? poolLeases(handle) : clientLeases(handle as PgClientLike);
+
+  async function inTransaction<T>(
+    opening: string | undefined,
+    fn: (ctx: TransactionContext<PgClientLike>, openingRows: Row[]) => Promise<T>,
+  ): Promise<T> {
+    const lease = await acquire();
+    const { signal, query, unwatch } = watch(lease.client);
+    let broken: Error | undefined;
+    try {
+      // Pipelined: BEGIN and the opening statement in one simple-protocol query, one round trip.
+      const openingRows = await query(opening === undefined ? 'BEGIN' : `BEGIN; ${opening}`);
+      const result = await fn(
+        { query, tx: lease.client, signal },
+        opening === undefined ? [] : openingRows,
+      );
+      await query('COMMIT');
+      return result;
+    } catch (error) {
+      if (!signal.aborted) {
+        try {
+          await query('ROLLBACK');
+        } catch (rollbackError) {
+          broken = rollbackError as Error;
+        }
+      }
+      throw error;
+    } finally {
+      unwatch();
+      lease.done(signal.aborted ? (signal.reason as Error) : broken);
+    }
+  }
+
+  const executor: LockExecutor<PgClientLike, PgClientLike> = {
+    name: options.name ?? 'pg',
+    transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
+    pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
+    async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
+      const lease = await acquire();
+      const { signal, query, unwatch } = watch(lease.client);
+      try {
+        return await fn({ query, session: lease.client, signal });
+      } finally {
+        unwatch();
+        lease.done(signal.aborted ? (signal.reason as Error) : undefined);
+      }
+    },
+  };
+  return Object.freeze(executor);
+}
+
+function poolLeases(pool: PgPoolLike): () => Promise<Lease<PgPoolClientLike>> {
+  return async () => {
+    const client = await pool.connect();
+    return { client, done: (broken) => client.release(broken ?? false) };
+  };
+}
+
+/** One client, one operation at a time: a FIFO of waiters. */
+function clientLeases(client: PgClientLike): () => Promise<Lease<PgClientLike>> {
+  let tail: Promise<void> = Promise.resolve();
+  return async () => {
+    let free!: () => void;
+    const turn = new Promise<void>((resolve) => {
+      free = resolve;
+    });
+    const previous = tail;
+    tail = previous.then(() => turn);
+    await previous;
+    return { client, done: () => free() };
+  };
+}

@@ -1,0 +1,64 @@
+/**
+ * `@lockkit/pg`: lockkit over node-postgres.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg';
+ * import { createLockKit } from '@lockkit/pg';
+ *
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * const locks = createLockKit(pool);
+ * const r = await locks.runExclusiveJob('cron_jobs', 'generate_invoices', async (client) => {
+ *   await client.query('UPDATE invoices SET sent = true WHERE due < now()');
+ * });
+ * ```
+ *
+ * @packageDocumentation
+ */
+import { createLockClient, type LockClient, type LockClientOptions } from '@lockkit/core';
+import {
+  type PgClientLike,
+  type PgExecutorOptions,
+  type PgPoolClientLike,
+  type PgPoolLike,
+  pgExecutor,
+} from './executor.js';
+
+export {
+  type PgClientLike,
+  type PgExecutorOptions,
+  type PgPoolClientLike,
+  type PgPoolLike,
+  type PgResultLike,
+  pgExecutor,
+} from './executor.js';
+
+/** Options of {@link createLockKit}: executor options plus the lock client's defaults. */
+export type PgLockKitOptions = PgExecutorOptions & LockClientOptions;
+
+/**
+ * The lockkit client over a `pg.Pool` (recommended) or one connected `pg.Client`. Tasks receive
+ * the `PoolClient` (or the client) inside the lock's transaction: write through it and the writes
+ * commit or roll back with the lock.
+ *
+ * Exactly one of the callers racing for a job runs it; the others get `{ executed: false }`
+ * without waiting. See `LockClient` in `@lockkit/core` for every operation.
+ */
+export function createLockKit<C extends PgPoolClientLike = PgPoolClientLike>(
+  pool: PgPoolLike & { connect(): Promise<C> },
+  options?: PgLockKitOptions,
+): LockClient<C, C>;
+export function createLockKit<C extends PgClientLike>(
+  client: C,
+  options?: PgLockKitOptions,
+): LockClient<C, C>;
+export function createLockKit(
+  handle: PgPoolLike | PgClientLike,
+  options: PgLockKitOptions = {},
+): LockClient<PgClientLike, PgClientLike> {
+  const { name, ...clientOptions } = options;
+  return createLockClient(
+    pgExecutor(handle as PgClientLike, name === undefined ? {} : { name }),
+    clientOptions,
+  );
+}
