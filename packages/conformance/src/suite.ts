@@ -71,10 +71,10 @@ export function useFixture<Tx, Session>(
     // Postgres frees a terminated backend's locks a moment after the client notices.
     let locks = await fixture.observer.locksOf(fixture.applicationName);
     if (locks.length > 0) {
-      await fixture.observer.until(
-        async () => (locks = await fixture.observer.locksOf(fixture.applicationName)).length === 0,
-        1000,
-      );
+      await fixture.observer.until(async () => {
+        locks = await fixture.observer.locksOf(fixture.applicationName);
+        return locks.length === 0;
+      }, 1000);
     }
     const busy = await fixture.observer.busyConnectionsOf(fixture.applicationName);
     await Promise.all(instances.map((i) => i.close()));
