@@ -12,6 +12,10 @@ import {
   LockTimeoutError,
 } from './errors.js';
 
+/** Five characters of digits and capitals; Prisma's own codes (P1000…P6999) look alike but are not. */
+const isSqlState = (code: unknown): code is string =>
+  typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^P[1-9]/.test(code);
+
 /** SQLSTATE of a driver error, looked up on the error and its `cause` chain. */
 export function sqlState(error: unknown): string | undefined {
   let current: unknown = error;
@@ -21,8 +25,8 @@ export function sqlState(error: unknown): string | undefined {
       meta?: { code?: unknown };
       cause?: unknown;
     };
-    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
-    if (meta && typeof meta.code === 'string' && /^[0-9A-Z]{5}$/.test(meta.code)) return meta.code;
+    if (isSqlState(code)) return code;
+    if (isSqlState(meta?.code)) return meta.code;
     current = cause;
   }
   return undefined;
