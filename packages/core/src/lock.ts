@@ -160,6 +160,43 @@ export interface LockClientOptions {
 
 const SKIPPED: JobResult<never> = Object.freeze({ executed: false });
 
+/**
+ * Recently used named keys: a cron job asks for the same (namespace, jobKey) on every tick, and
+ * hashing it again each time is the largest piece of lockkit's own work per decision.
+ */
+const NAMED_KEY_CACHE_SIZE = 1024;
+const namedKeys = new Map<string, LockKey>();
+
+function namedKey(namespace: string, jobKey: string): LockKey {
+  if (typeof namespace !== 'string' || typeof jobKey !== 'string') {
+    return LockKey.fromNames(namespace, jobKey); // throws the typed error
+  }
+  const id = `${namespace.length}:${namespace}${jobKey}`;
+  let key = namedKeys.get(id);
+  if (!key) {
+    key = LockKey.fromNames(namespace, jobKey);
+    if (namedKeys.size >= NAMED_KEY_CACHE_SIZE) {
+      namedKeys.delete(namedKeys.keys().next().value as string);
+    }
+    namedKeys.set(id, key);
+  }
+  return key;
+}
+
+/** The plain exclusive try-lock statement of a key (no settings), built once per key. */
+const plainTryLocks = new WeakMap<LockKey, string>();
+
+function tryLockOpening(key: LockKey, mode: LockMode, settings: readonly SettingValue[]): string {
+  if (mode !== 'exclusive' || settings.length > 0)
+    return inlineTryLockStatement(key, mode, settings);
+  let text = plainTryLocks.get(key);
+  if (text === undefined) {
+    text = inlineTryLockStatement(key, mode, settings);
+    plainTryLocks.set(key, text);
+  }
+  return text;
+}
+
 /** Marks an error thrown by the user's task, so that it is rethrown unchanged. */
 class TaskFailure {
   constructor(readonly error: unknown) {}
@@ -359,7 +396,7 @@ export function createLockClient<Tx, Session>(
     // Waiting: first statement sets the timeouts and reports the pid; try: it takes the lock.
     const opening = p.wait
       ? inlinePrepareStatement(settings)
-      : inlineTryLockStatement(key, p.mode, settings);
+      : tryLockOpening(key, p.mode, settings);
 
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
       connection = ctx.signal;
@@ -492,7 +529,7 @@ export function createLockClient<Tx, Session>(
       jobOptions: ExclusiveJobOptions = {},
     ): Promise<JobResult<T>> {
       const { signal, statementTimeoutMs, idleInTransactionTimeoutMs } = jobOptions;
-      return withLock(LockKey.fromNames(namespace, jobKey), task, {
+      return withLock(namedKey(namespace, jobKey), task, {
         ...(signal !== undefined && { signal }),
         ...(statementTimeoutMs !== undefined && { statementTimeoutMs }),
         ...(idleInTransactionTimeoutMs !== undefined && { idleInTransactionTimeoutMs }),
