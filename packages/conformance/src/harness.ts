@@ -32,7 +32,10 @@ export type ConformanceCaseId =
   | 'session.terminated-holder'
   | 'pipelining.two-round-trips'
   | 'robustness.counter-fuzz'
-  | 'robustness.mixed-operations';
+  | 'robustness.mixed-operations'
+  | 'pooler.hazard-reproduced'
+  | 'pooler.session-refused-when-declared'
+  | 'pooler.session-refused-when-detected';
 
 /** One adapter instance under test, over its own connections. */
 export interface AdapterInstance<Tx, Session> {
@@ -56,7 +59,20 @@ export interface ConformanceAdapter<Tx, Session> {
   readonly createInstance: (options: {
     readonly url: string;
     readonly poolSize: number;
+    /** Declare a transaction pooler to the executor (its `transactionPooler` option). */
+    readonly transactionPooler?: boolean;
   }) => AdapterInstance<Tx, Session>;
+  /** Where the observer connects; default {@link ConformanceAdapter.databaseUrl}. Always direct. */
+  readonly observerUrl?: () => string;
+  /**
+   * A transaction-mode PgBouncer in front of the same database (`testPgBouncer()` of
+   * `@lockkit/test-db`), or why there is none. With it, the transaction, pipelining and
+   * robustness groups run again through PgBouncer, and the pooler group proves session scope is
+   * refused there; without it those groups are skipped visibly with the reason.
+   */
+  readonly pgbouncer?: () =>
+    | { readonly url: string; readonly singleConnectionUrl: string }
+    | { readonly missing: string };
   /**
    * Runs SQL through the driver's native transaction handle, as a user's task would; enables the
    * case proving that such writes join the lock's transaction.

@@ -20,6 +20,7 @@
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { pipeliningCases } from './cases/pipelining.js';
+import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
 import { sessionCases } from './cases/session.js';
 import { transactionCases } from './cases/transaction.js';
@@ -92,5 +93,62 @@ export function runConformance<Tx, Session>(
       pipeliningCases,
     );
     group('robustness', undefined, robustnessCases);
+
+    const bouncer = adapter.pgbouncer?.();
+    if (!bouncer || 'missing' in bouncer) {
+      const why = bouncer ? bouncer.missing : 'the adapter gave no PgBouncer';
+      describe.skip(`through PgBouncer (transaction mode) — skipped: ${why}`, () => {
+        cases(throughBouncer(adapter, ''), () => {
+          throw new Error('skipped group');
+        });
+      });
+      return;
+    }
+    describe('through PgBouncer (transaction mode)', () => {
+      const pooled = throughBouncer(adapter, bouncer.url);
+      for (const [name, cases] of [
+        ['transaction', transactionCases],
+        ['pipelining', pipeliningCases],
+        ['robustness', robustnessCases],
+      ] as const) {
+        if (!groups.has(name)) continue;
+        if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
+        describe(name, () => cases(pooled, useFixture(pooled)));
+      }
+      describe('pooler', () => {
+        const direct = { ...adapter, name: `${adapter.name} via PgBouncer` };
+        const bouncerAdapter = {
+          ...direct,
+          databaseUrl: () => bouncer.url,
+          observerUrl: adapter.observerUrl ?? adapter.databaseUrl,
+        };
+        poolerCases(bouncerAdapter, useFixture(bouncerAdapter), bouncer);
+      });
+    });
   });
+}
+
+/** The adapter as it runs through PgBouncer: declared pooler, observer still direct. */
+function throughBouncer<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  url: string,
+): ConformanceAdapter<Tx, Session> {
+  return {
+    ...adapter,
+    name: `${adapter.name} via PgBouncer`,
+    databaseUrl: () => url,
+    observerUrl: adapter.observerUrl ?? adapter.databaseUrl,
+    createInstance: (options) => adapter.createInstance({ transactionPooler: true, ...options }),
+  };
+}
+
+/** Every case group, for declaring a visibly skipped copy of the PgBouncer groups. */
+function cases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+): void {
+  transactionCases(adapter, fixture);
+  pipeliningCases(adapter, fixture);
+  robustnessCases(adapter, fixture);
+  poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }

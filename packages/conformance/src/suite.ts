@@ -26,7 +26,11 @@ export interface Fixture<Tx, Session> {
   /** A lock client over {@link Fixture.instance}. */
   readonly locks: LockClient<Tx, Session>;
   /** Another instance for this test, closed and leak-checked with it. */
-  newInstance(poolSize: number, url?: string): AdapterInstance<Tx, Session>;
+  newInstance(
+    poolSize: number,
+    url?: string,
+    transactionPooler?: boolean,
+  ): AdapterInstance<Tx, Session>;
 }
 
 /** Declares the fixture hooks in the current describe block and returns its accessor. */
@@ -38,7 +42,7 @@ export function useFixture<Tx, Session>(
   let instances: AdapterInstance<Tx, Session>[] = [];
 
   beforeAll(async () => {
-    observer = await Observer.connect(adapter.databaseUrl());
+    observer = await Observer.connect(adapter.observerUrl?.() ?? adapter.databaseUrl());
   });
   afterAll(async () => {
     await observer?.close();
@@ -48,8 +52,12 @@ export function useFixture<Tx, Session>(
     const applicationName = `lockkit-conf-${randomBytes(6).toString('hex')}`;
     const url = taggedUrl(adapter.databaseUrl(), applicationName);
     instances = [];
-    const newInstance = (poolSize: number, at = url) => {
-      const created = adapter.createInstance({ url: at, poolSize });
+    const newInstance = (poolSize: number, at = url, transactionPooler?: boolean) => {
+      const created = adapter.createInstance({
+        url: at,
+        poolSize,
+        ...(transactionPooler !== undefined && { transactionPooler }),
+      });
       instances.push(created);
       return created;
     };

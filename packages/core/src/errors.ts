@@ -31,6 +31,7 @@ export type LockkitErrorCode =
   | 'CONNECTION_LOST'
   | 'LOCK_TABLE_FULL'
   | 'LOCK_NOT_HELD'
+  | 'UNSAFE_BEHIND_POOLER'
   | 'ABORTED';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
@@ -177,6 +178,25 @@ export class LockNotHeldError extends LockkitError {
   constructor(message: string, options: LockkitErrorOptions = {}) {
     super('LOCK_NOT_HELD', message, options);
     this.name = 'LockNotHeldError';
+  }
+}
+
+/**
+ * Session scope was refused because the connection goes through a transaction-pooling proxy:
+ * declared by the user (`transactionPooler: true`) or detected by lockkit (the backend pid the
+ * driver got at startup is not the server's `pg_backend_pid()`). A session lock there would stay
+ * on a server connection that the next, unrelated client inherits. Use transaction scope
+ * (`withLock`, `runExclusiveJob`) or a lease.
+ */
+export class UnsafeBehindPoolerError extends LockkitError {
+  declare readonly code: 'UNSAFE_BEHIND_POOLER';
+  /** `'declared'` by the executor option, or `'detected'` from the backend pid. */
+  readonly reason: 'declared' | 'detected';
+
+  constructor(message: string, reason: 'declared' | 'detected') {
+    super('UNSAFE_BEHIND_POOLER', message);
+    this.name = 'UnsafeBehindPoolerError';
+    this.reason = reason;
   }
 }
 

@@ -41,6 +41,12 @@ export interface SessionContext<Session> {
   readonly session: Session;
   /** Aborted when the connection errors, ends or is terminated: its session locks are then gone. */
   readonly signal: AbortSignal;
+  /**
+   * The backend pid the driver was told at connection startup (BackendKeyData), when the driver
+   * exposes it. Core compares it with `pg_backend_pid()` to detect a transaction pooler: behind
+   * PgBouncer the startup pid is PgBouncer's own invention and never matches.
+   */
+  readonly backendPid?: number | undefined;
 }
 
 /**
@@ -64,6 +70,14 @@ export interface SessionContext<Session> {
 export interface LockExecutor<Tx = unknown, Session = unknown> {
   /** The adapter's name, used in error messages (`'pg'`, `'prisma'`, …). */
   readonly name: string;
+
+  /**
+   * True when the user declared that connections go through a transaction-pooling proxy
+   * (PgBouncer in transaction mode, Supavisor, RDS Proxy, pgcat). Core then refuses session scope
+   * before sending anything: a session lock would stay on a server connection that the next,
+   * unrelated client inherits.
+   */
+  readonly transactionPooler?: boolean;
 
   /**
    * Required. Runs `fn` inside one transaction on one connection: BEGIN before it, COMMIT when it

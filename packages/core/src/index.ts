@@ -10,6 +10,7 @@ export {
   LockNotHeldError,
   LockTableFullError,
   LockTimeoutError,
+  UnsafeBehindPoolerError,
   UnsupportedCapabilityError,
 } from './errors.js';
 export {

@@ -3,7 +3,12 @@
  *
  * @packageDocumentation
  */
-import { ConnectionLostError, LockkitError, LockNotHeldError } from './errors.js';
+import {
+  ConnectionLostError,
+  LockkitError,
+  LockNotHeldError,
+  UnsafeBehindPoolerError,
+} from './errors.js';
 import {
   assertLockExecutor,
   type LockExecutor,
@@ -19,6 +24,7 @@ import {
   COMMIT,
   cancelBackendStatement,
   checkMilliseconds,
+  guardedSessionLockStatement,
   heldStatement,
   inlinePrepareStatement,
   inlineTryLockStatement,
@@ -421,6 +427,15 @@ export function createLockClient<Tx, Session>(
     }
   }
 
+  /** Set once a transaction pooler has been detected under this client's executor. */
+  let poolerDetected = false;
+
+  const poolerError = (how: 'declared' | 'detected', detail: string) =>
+    new UnsafeBehindPoolerError(
+      `Session scope is refused on the ${executor.name} executor: ${detail} Behind a transaction pooler a session lock stays on a server connection that the next, unrelated client inherits. Use withLock/runExclusiveJob (transaction scope) or a lease.`,
+      how,
+    );
+
   async function withSessionLock<T>(
     key: LockKey,
     task: SessionTask<Session, T>,
@@ -433,22 +448,40 @@ export function createLockClient<Tx, Session>(
       'session',
       'Use a transaction-scoped lock, or a lease for long jobs.',
     );
+    if (executor.transactionPooler) {
+      throw poolerError('declared', 'it was declared to go through a transaction pooler.');
+    }
+    if (poolerDetected) {
+      throw poolerError('detected', 'a transaction pooler was detected on an earlier call.');
+    }
     const p = plan(callOptions, false);
     if (p.signal?.aborted) throw abortedError(p.signal);
     const what = `session lock ${key}`;
     let connection: AbortSignal | undefined;
+    const detected = (serverPid: unknown, driverPid: unknown) => {
+      poolerDetected = true;
+      return poolerError(
+        'detected',
+        `the driver was given backend pid ${String(driverPid)} at connect, but the server runs this connection on backend ${String(serverPid)}; no lock was taken.`,
+      );
+    };
     try {
       return await executor.session(async (ctx) => {
         connection = ctx.signal;
+        const driverPid = ctx.backendPid;
+        let holderPid: number;
         if (p.wait) {
-          // The wait runs in a short transaction only so that SET LOCAL bounds it; the session
-          // lock itself survives the COMMIT.
+          // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
+          // keeps one server connection for it); the session lock itself survives the COMMIT.
           await ctx.query(BEGIN);
           try {
             const settings: SettingValue[] =
               p.timeoutMs === undefined ? [] : [['lock_timeout', p.timeoutMs]];
-            const pid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
-            await waitForLock(ctx.query, key, p, pid, 'session');
+            holderPid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
+            if (driverPid !== undefined && holderPid !== driverPid) {
+              throw detected(holderPid, driverPid);
+            }
+            await waitForLock(ctx.query, key, p, holderPid, 'session');
             await ctx.query(COMMIT);
           } catch (error) {
             if (!ctx.signal.aborted) {
@@ -457,21 +490,25 @@ export function createLockClient<Tx, Session>(
               // session lock through the rollback: give it back.
               const held = heldStatement(key, p.mode);
               const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
-              if (Number(first(rows).held) > 0) await release(ctx.query, key, p.mode, error);
+              if (Number(first(rows).held) > 0) await release(ctx.query, key, p.mode, -1, error);
             }
             throw error;
           }
           // Got it, but the caller gave up meanwhile: a session lock outlives the transaction,
           // so it needs its unlock.
           if (p.signal?.aborted) {
-            await release(ctx.query, key, p.mode, undefined);
+            await release(ctx.query, key, p.mode, holderPid, undefined);
             throw abortedError(p.signal);
           }
         } else {
-          const statement = lockStatement(key, 'session', p.mode, false);
-          if (first(await ctx.query(statement.text, statement.params)).acquired !== true) {
-            return SKIPPED;
-          }
+          const statement =
+            driverPid === undefined
+              ? lockStatement(key, 'session', p.mode, false)
+              : guardedSessionLockStatement(key, p.mode, false, driverPid);
+          const row = first(await ctx.query(statement.text, statement.params));
+          holderPid = row.pid as number;
+          if (row.acquired === null) throw detected(holderPid, driverPid);
+          if (row.acquired !== true) return SKIPPED;
         }
         let outcome: { ok: true; result: T } | { ok: false; failure: TaskFailure };
         try {
@@ -484,7 +521,13 @@ export function createLockClient<Tx, Session>(
         }
         // The connection died during the task: the lock went with it, and the caller must know.
         if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
-        await release(ctx.query, key, p.mode, outcome.ok ? undefined : outcome.failure.error);
+        await release(
+          ctx.query,
+          key,
+          p.mode,
+          holderPid,
+          outcome.ok ? undefined : outcome.failure.error,
+        );
         if (!outcome.ok) throw outcome.failure;
         return { executed: true, result: outcome.result };
       });
@@ -493,24 +536,43 @@ export function createLockClient<Tx, Session>(
     }
   }
 
-  /** One unlock for the one acquire; a lock that is not held any more is an error, never silence. */
+  /**
+   * One unlock for the one acquire, sent only to the backend that holds the lock (`holderPid`;
+   * -1 when this very connection is known to hold it). A lock that is no longer held is an
+   * error, never silence; a statement that reached another backend means a pooler moved us.
+   */
   const release = async (
     query: QueryFn,
     key: LockKey,
     mode: LockMode,
+    holderPid: number,
     taskError: unknown,
   ): Promise<void> => {
-    const statement = unlockStatement(key, mode);
-    let rows: Row[];
+    const unlock = async () => {
+      const pid =
+        holderPid === -1
+          ? Number(first(await query('SELECT pg_backend_pid() AS pid')).pid)
+          : holderPid;
+      const statement = unlockStatement(key, mode, pid);
+      return first(await query(statement.text, statement.params));
+    };
+    let row: Row;
     try {
-      rows = await query(statement.text, statement.params);
+      row = await unlock();
     } catch (error) {
       // The task left a failed transaction open on the session: end it, then unlock.
       if (sqlState(error) !== '25P02') throw error;
       await query(ROLLBACK);
-      rows = await query(statement.text, statement.params);
+      row = await unlock();
     }
-    if (first(rows).released !== true) {
+    if (row.released === null) {
+      poolerDetected = true;
+      throw new UnsafeBehindPoolerError(
+        `session lock ${key} was taken on backend ${holderPid}, but this connection now reaches backend ${String(row.pid)}: a transaction pooler is in between. The lock stays on backend ${holderPid} until that server connection closes; use transaction scope here.`,
+        'detected',
+      );
+    }
+    if (row.released !== true) {
       throw new LockNotHeldError(
         `session lock ${key} was no longer held when released: something unlocked it while the task ran, so other holders may have run concurrently.`,
         taskError === undefined ? {} : { cause: taskError },

@@ -53,13 +53,13 @@ describe('parameterised statements', () => {
       params: [-5, 7],
     });
     expect(lockStatement(pair, 'session', 'shared', true)).toEqual({
-      text: 'SELECT true AS acquired FROM pg_advisory_lock_shared($1::int4, $2::int4)',
+      text: 'SELECT pg_backend_pid() AS pid, true AS acquired FROM pg_advisory_lock_shared($1::int4, $2::int4)',
       params: [-5, 7],
     });
     const int8 = LockKey.fromBigInt(-(2n ** 63n));
-    expect(unlockStatement(int8, 'exclusive')).toEqual({
-      text: 'SELECT pg_advisory_unlock($1::int8) AS released',
-      params: ['-9223372036854775808'],
+    expect(unlockStatement(int8, 'exclusive', 42)).toEqual({
+      text: 'SELECT pg_backend_pid() AS pid, CASE WHEN pg_backend_pid() = $2::int4 THEN pg_advisory_unlock($1::int8) END AS released',
+      params: ['-9223372036854775808', 42],
     });
   });
 });

@@ -83,9 +83,11 @@ export function lockStatement(
 ): Statement {
   const args = keyArguments(key);
   const fn = lockFunction(scope, mode, wait);
+  // Session locks report the backend that holds them, so the release can go to that one only.
+  const pid = scope === 'session' ? 'pg_backend_pid() AS pid, ' : '';
   const text = wait
-    ? `SELECT true AS acquired FROM ${fn}(${args.text})`
-    : `SELECT ${fn}(${args.text}) AS acquired`;
+    ? `SELECT ${pid}true AS acquired FROM ${fn}(${args.text})`
+    : `SELECT ${pid}${fn}(${args.text}) AS acquired`;
   return { text, params: args.params };
 }
 
@@ -116,12 +118,38 @@ export function inlinePrepareStatement(settings: readonly SettingValue[]): strin
   return `SELECT ${['pg_backend_pid() AS pid', ...inlineSettings(settings)].join(', ')}`;
 }
 
-/** Releases one level of a session lock; returns one row with a boolean `released`. */
-export function unlockStatement(key: LockKey, mode: LockMode): Statement {
+/**
+ * A session lock taken only on the connection the driver believes it has: returns `pid`
+ * (`pg_backend_pid()`) and `acquired`, which is NULL — and no lock is taken — when the pid differs
+ * from `driverPid`, i.e. a pooler has put this statement on another server connection.
+ */
+export function guardedSessionLockStatement(
+  key: LockKey,
+  mode: LockMode,
+  wait: boolean,
+  driverPid: number,
+): Statement {
   const args = keyArguments(key);
+  const fn = lockFunction('session', mode, wait);
+  const call = wait ? `(SELECT true FROM ${fn}(${args.text}))` : `${fn}(${args.text})`;
+  const pid = `$${args.params.length + 1}::int4`;
   return {
-    text: `SELECT ${lockFunction('session', mode, false, true)}(${args.text}) AS released`,
-    params: args.params,
+    text: `SELECT pg_backend_pid() AS pid, CASE WHEN pg_backend_pid() = ${pid} THEN ${call} END AS acquired`,
+    params: [...args.params, driverPid],
+  };
+}
+
+/**
+ * Releases one level of a session lock, only on backend `holderPid` (the one that took it): one
+ * row with `pid` and a boolean `released`, NULL when this statement reached another backend —
+ * then nothing is unlocked, so a lock of someone else's is never released by mistake.
+ */
+export function unlockStatement(key: LockKey, mode: LockMode, holderPid: number): Statement {
+  const args = keyArguments(key);
+  const pid = `$${args.params.length + 1}::int4`;
+  return {
+    text: `SELECT pg_backend_pid() AS pid, CASE WHEN pg_backend_pid() = ${pid} THEN ${lockFunction('session', mode, false, true)}(${args.text}) END AS released`,
+    params: [...args.params, holderPid],
   };
 }
 

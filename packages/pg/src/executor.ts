@@ -14,6 +14,8 @@ export interface PgResultLike {
 
 /** The part of a `pg.Client` / `pg.PoolClient` we use. */
 export interface PgClientLike {
+  /** The backend pid from the server's BackendKeyData at connect (pg sets it on the client). */
+  readonly processID?: number | null;
   query(text: string, values?: unknown[]): Promise<PgResultLike | PgResultLike[]>;
   on(event: 'error', listener: (error: Error) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
@@ -36,6 +38,12 @@ export interface PgPoolLike {
 export interface PgExecutorOptions {
   /** Name reported in errors; default `'pg'`. */
   readonly name?: string;
+  /**
+   * Declare that the pool reaches Postgres through a transaction-pooling proxy (PgBouncer in
+   * transaction mode, Supavisor, RDS Proxy, pgcat): session scope is then refused before any SQL.
+   * lockkit also detects PgBouncer on its own (see the core README), but declaring is certain.
+   */
+  readonly transactionPooler?: boolean;
 }
 
 /** True for errors that mean the connection itself is unusable, not that one statement failed. */
@@ -158,13 +166,15 @@ export function pgExecutor(
 
   const executor: LockExecutor<PgClientLike, PgClientLike> = {
     name: options.name ?? 'pg',
+    transactionPooler: options.transactionPooler === true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
       const { signal, query, unwatch } = watch(lease.client);
       try {
-        return await fn({ query, session: lease.client, signal });
+        const backendPid = lease.client.processID ?? undefined;
+        return await fn({ query, session: lease.client, signal, backendPid });
       } finally {
         unwatch();
         lease.done(signal.aborted ? (signal.reason as Error) : undefined);

@@ -56,9 +56,12 @@ export function createLockKit(
   handle: PgPoolLike | PgClientLike,
   options: PgLockKitOptions = {},
 ): LockClient<PgClientLike, PgClientLike> {
-  const { name, ...clientOptions } = options;
+  const { name, transactionPooler, ...clientOptions } = options;
   return createLockClient(
-    pgExecutor(handle as PgClientLike, name === undefined ? {} : { name }),
+    pgExecutor(handle as PgClientLike, {
+      ...(name !== undefined && { name }),
+      ...(transactionPooler !== undefined && { transactionPooler }),
+    }),
     clientOptions,
   );
 }

@@ -1,18 +1,19 @@
 import { runConformance } from '@lockkit/conformance';
-import { testDatabaseUrl } from '@lockkit/test-db';
+import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import pg from 'pg';
 import { pgExecutor } from '../src/index.js';
 
 runConformance({
   name: 'pg (Pool)',
   databaseUrl: testDatabaseUrl,
-  createInstance: ({ url, poolSize }) => {
+  pgbouncer: testPgBouncer,
+  createInstance: ({ url, poolSize, transactionPooler }) => {
     const pool = new pg.Pool({ connectionString: url, max: poolSize });
     // An idle pooled connection can be cut (a terminated backend, a closed proxy); the pool
     // discards it and reports it here.
     pool.on('error', () => {});
     return {
-      executor: pgExecutor(pool),
+      executor: pgExecutor(pool, { transactionPooler: transactionPooler ?? false }),
       checkedOut: () => pool.totalCount - pool.idleCount,
       close: () => pool.end(),
     };

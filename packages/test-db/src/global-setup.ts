@@ -4,6 +4,7 @@
  */
 import type { TestProject } from 'vitest/node';
 import { resolveTestDatabase } from './database.js';
+import { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
 import './provided.js';
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
@@ -15,5 +16,27 @@ export default async function setup(project: TestProject): Promise<() => Promise
   console.log(
     `[lockkit test-db] ${database.source} PostgreSQL at ${where} (${Date.now() - started} ms)`,
   );
-  return () => database.stop();
+  // PgBouncer only for packages that ask for it (LOCKKIT_TEST_PGBOUNCER=1 in their config).
+  let bouncer: PgBouncer | undefined;
+  let missing = '';
+  if (process.env.LOCKKIT_TEST_WANTS_PGBOUNCER === '1') {
+    if (findPgBouncer()) {
+      bouncer = await startPgBouncer(database.url);
+    } else {
+      missing = 'pgbouncer is not installed (Debian: apt-get install pgbouncer)';
+      if (process.env.LOCKKIT_TEST_REQUIRE_PGBOUNCER === '1') {
+        await database.stop();
+        throw new Error(`LOCKKIT_TEST_REQUIRE_PGBOUNCER=1 but ${missing}`);
+      }
+      console.log(`[lockkit test-db] PgBouncer tests will be skipped: ${missing}`);
+    }
+  }
+  project.provide('lockkitPgBouncerUrl', bouncer?.url ?? '');
+  project.provide('lockkitPgBouncerSingleUrl', bouncer?.singleConnectionUrl ?? '');
+  project.provide('lockkitPgBouncerMissing', missing);
+  if (bouncer) console.log(`[lockkit test-db] PgBouncer (transaction mode) at ${bouncer.url}`);
+  return async () => {
+    await bouncer?.stop();
+    await database.stop();
+  };
 }

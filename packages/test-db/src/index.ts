@@ -7,4 +7,6 @@ export {
   testApplicationName,
   testDatabaseBaseUrl,
   testDatabaseUrl,
+  testPgBouncer,
 } from './leaks.js';
+export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';

@@ -79,3 +79,17 @@ export async function closeLeakChecker(): Promise<void> {
   checker = undefined;
   await client?.end();
 }
+
+/** PgBouncer URLs for this run (transaction pooling), or the reason there is none. */
+export function testPgBouncer():
+  | { readonly url: string; readonly singleConnectionUrl: string }
+  | { readonly missing: string } {
+  const url = inject('lockkitPgBouncerUrl');
+  if (!url) return { missing: inject('lockkitPgBouncerMissing') || 'PgBouncer was not requested' };
+  const tag = (raw: string) => {
+    const tagged = new URL(raw);
+    tagged.searchParams.set('application_name', workerTag);
+    return tagged.toString();
+  };
+  return { url: tag(url), singleConnectionUrl: tag(inject('lockkitPgBouncerSingleUrl')) };
+}

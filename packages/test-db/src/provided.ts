@@ -7,6 +7,12 @@ declare module 'vitest' {
     lockkitDatabaseUrl: string;
     /** Where it came from: `DATABASE_URL`, a container, or an embedded server. */
     lockkitDatabaseSource: 'env' | 'container' | 'embedded';
+    /** The database through a transaction-pooling PgBouncer; empty when it is not available. */
+    lockkitPgBouncerUrl: string;
+    /** The same through a PgBouncer pool of exactly one server connection; empty when unavailable. */
+    lockkitPgBouncerSingleUrl: string;
+    /** Why PgBouncer is not available (empty when it is). */
+    lockkitPgBouncerMissing: string;
   }
 }
 

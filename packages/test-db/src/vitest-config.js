@@ -18,7 +18,9 @@ function reporters() {
 }
 
 /** @type {import('./vitest-config.d.ts').lockkitTestConfig} */
-export function lockkitTestConfig(overrides = {}) {
+export function lockkitTestConfig(overrides = {}, options = {}) {
+  // The global setup runs in this process: tell it whether this package wants a PgBouncer.
+  if (options.pgbouncer) process.env.LOCKKIT_TEST_WANTS_PGBOUNCER = '1';
   return {
     test: {
       globalSetup: [fileURLToPath(new URL('./global-setup.ts', import.meta.url))],

@@ -67,7 +67,8 @@ export function robustnessCases<Tx, Session>(
       const f = fixture();
       const instance = f.newInstance(12);
       const locks = createLockClient(instance.executor);
-      const session = hasCapability(instance.executor, 'session');
+      const session =
+        hasCapability(instance.executor, 'session') && !instance.executor.transactionPooler;
       const keys: LockKey[] = Array.from({ length: 8 }, randomKey);
       const outcomes = new Map<string, number>();
       const count = (what: string) => outcomes.set(what, (outcomes.get(what) ?? 0) + 1);
