@@ -1,5 +1,5 @@
 /**
- * `pnpm bench`: runExclusiveJob through @lockkit/pg against the seed's reference implementation
+ * `pnpm bench`: runExclusiveJob through @lockkit/pg and @lockkit/postgres against the seed's reference implementation
  * (pool.connect, BEGIN, try-lock, COMMIT: 3 round trips) and a `SELECT 1` floor, at 1 and 16
  * concurrent clients, in the same run. Scenarios are interleaved over several rounds so that
  * drift in CPU placement hits them all alike; ratios are what to compare across machines.
@@ -11,8 +11,10 @@
 import { randomBytes } from 'node:crypto';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit } from '@lockkit/pg';
+import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import pg from 'pg';
+import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
 
 const ms = Number(process.env.LOCKKIT_BENCH_MS ?? 1500);
@@ -34,6 +36,8 @@ async function main(): Promise<void> {
       const pool = new pg.Pool({ connectionString: url, max: clients });
       pool.on('error', () => {});
       const locks = createLockKit(pool);
+      const sql = postgres(url, { max: clients, onnotice: () => {} });
+      const pjsLocks = createPostgresLockKit(sql);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
       const runJobs = Array.from({ length: clients }, (_, i) => `run-${i}`);
@@ -88,6 +92,23 @@ async function main(): Promise<void> {
           name: 'lockkit runExclusiveJob, one hot key',
           operation: () => locks.runExclusiveJob(namespace, 'hot', async () => {}),
         },
+        {
+          name: 'postgres.js sql.begin reference (BEGIN awaited, try-lock, COMMIT)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return sql.begin((tx) => tx`SELECT pg_try_advisory_xact_lock(${k1}, ${k2})`);
+          },
+        },
+        {
+          name: '@lockkit/postgres runExclusiveJob, run decision',
+          operation: (client) =>
+            pjsLocks.runExclusiveJob(namespace, `pjs-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: '@lockkit/postgres runExclusiveJob, skip decision',
+          operation: (client) =>
+            pjsLocks.runExclusiveJob(namespace, skipJobs[client] as string, async () => {}),
+        },
       ];
       // Sanity: the skip scenario skips and the run scenario runs.
       const probeRun = await locks.runExclusiveJob(namespace, runJobs[0] as string, async () => 1);
@@ -96,8 +117,14 @@ async function main(): Promise<void> {
         skipJobs[0] as string,
         async () => 1,
       );
-      if (!probeRun.executed || probeSkip.executed)
+      const pjsSkip = await pjsLocks.runExclusiveJob(
+        namespace,
+        skipJobs[0] as string,
+        async () => 1,
+      );
+      if (!probeRun.executed || probeSkip.executed || pjsSkip.executed) {
         throw new Error('bench scenarios are not what they claim');
+      }
       for (const s of scenarios) await measure(s.operation, clients, 200); // warm-up
       const runs = new Map<string, Measurement[]>(scenarios.map((s) => [s.name, []]));
       for (let round = 0; round < rounds; round++) {
@@ -105,6 +132,7 @@ async function main(): Promise<void> {
       }
       await holder.end();
       await pool.end();
+      await sql.end({ timeout: 5 });
       const results = scenarios.map((s) => ({ name: s.name, m: combine(runs.get(s.name) ?? []) }));
       const opsPerSecond = (m: Measurement) => m.operations / m.seconds;
       const floor = opsPerSecond((results[0] as { m: Measurement }).m);

@@ -41,7 +41,7 @@ export type ConformanceCaseId =
 export interface AdapterInstance<Tx, Session> {
   readonly executor: LockExecutor<Tx, Session>;
   /** Connections currently checked out of the adapter's pool, when the driver can tell. */
-  checkedOut?(): number;
+  checkedOut?(): number | Promise<number>;
   /** Closes every connection of this instance. */
   close(): Promise<void>;
 }
@@ -163,11 +163,16 @@ export class Observer {
     return rows.map((r) => ({ ...r, key }));
   }
 
-  /** Connections tagged `applicationName` that are inside a transaction or running a statement. */
-  async busyConnectionsOf(applicationName: string): Promise<{ pid: number; state: string }[]> {
+  /**
+   * Connections tagged `applicationName` left inside a transaction. (Running statements are not
+   * counted: drivers run their own background queries, e.g. postgres.js fetching array types.)
+   */
+  async busyConnectionsOf(
+    applicationName: string,
+  ): Promise<{ pid: number; state: string; query: string }[]> {
     return this.query(
-      `SELECT pid, state FROM pg_stat_activity
-        WHERE application_name = $1 AND state IS NOT NULL AND state <> 'idle'`,
+      `SELECT pid, state, left(query, 200) AS query FROM pg_stat_activity
+        WHERE application_name = $1 AND state LIKE 'idle in transaction%'`,
       [applicationName],
     );
   }

@@ -94,9 +94,10 @@ export function runConformance<Tx, Session>(
     );
     group('robustness', undefined, robustnessCases);
 
-    const bouncer = adapter.pgbouncer?.();
-    if (!bouncer || 'missing' in bouncer) {
-      const why = bouncer ? bouncer.missing : 'the adapter gave no PgBouncer';
+    if (!adapter.pgbouncer) return;
+    const bouncer = adapter.pgbouncer();
+    if ('missing' in bouncer) {
+      const why = bouncer.missing;
       describe.skip(`through PgBouncer (transaction mode) — skipped: ${why}`, () => {
         cases(throughBouncer(adapter, ''), () => {
           throw new Error('skipped group');

@@ -1,7 +1,11 @@
 /**
- * A TCP proxy between a driver and Postgres that counts round trips: every ReadyForQuery ('Z')
- * message the server sends ends one exchange the client had to wait for, whatever the protocol
- * (one simple query with several statements, or Parse/Bind/Execute/Sync).
+ * A TCP proxy between a driver and Postgres that counts round trips on the wire.
+ *
+ * Every simple Query ('Q') and every extended-protocol Sync ('S') the client sends is answered by
+ * one ReadyForQuery ('Z'). A round trip starts when the client sends such a message while none is
+ * outstanding; messages it sends before the answers arrive (pipelining) ride in the same trip.
+ * So `BEGIN; SELECT …` as one simple query is one trip, and so are BEGIN and a SELECT pipelined
+ * without waiting; BEGIN, then after its answer a SELECT, are two.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
 
@@ -9,9 +13,9 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 export interface RoundTripProxy {
   /** The database URL rewritten to go through the proxy. */
   readonly url: string;
-  /** ReadyForQuery messages seen so far on all connections, startup included. */
+  /** Round trips so far on all connections (connection start-up not included). */
   roundTrips(): number;
-  /** Simple-protocol Query ('Q') and extended Sync ('S') messages sent by clients so far. */
+  /** Query ('Q') and Sync ('S') messages sent by clients so far: at least one per round trip. */
   clientSyncs(): number;
   close(): Promise<void>;
 }
@@ -54,18 +58,25 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
   const target = new URL(databaseUrl);
   const host = target.hostname || '127.0.0.1';
   const port = Number(target.port || 5432);
-  let readyForQuery = 0;
+  let trips = 0;
   let syncs = 0;
   const sockets = new Set<Socket>();
   const server: Server = createServer((client) => {
     const upstream = connect(port, host);
     sockets.add(client);
     sockets.add(upstream);
+    // Answers this connection's client is still waiting for.
+    let outstanding = 0;
     const fromServer = new MessageCounter((type) => {
-      if (type === 0x5a /* Z */) readyForQuery++;
+      // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
+      if (type === 0x5a /* Z */) outstanding = Math.max(0, outstanding - 1);
     }, false);
     const fromClient = new MessageCounter((type) => {
-      if (type === 0x51 /* Q */ || type === 0x53 /* S */) syncs++;
+      if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
+        syncs++;
+        if (outstanding === 0) trips++;
+        outstanding++;
+      }
     }, true);
     client.on('data', (chunk: Buffer) => {
       fromClient.push(chunk);
@@ -94,7 +105,7 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
   url.port = String(address.port);
   return {
     url: url.toString(),
-    roundTrips: () => readyForQuery,
+    roundTrips: () => trips,
     clientSyncs: () => syncs,
     close: () =>
       new Promise<void>((resolve) => {

@@ -75,7 +75,8 @@ export function useFixture<Tx, Session>(
 
   afterEach(async () => {
     const fixture = current as Fixture<Tx, Session>;
-    const leakedConnections = instances.reduce((n, i) => n + (i.checkedOut?.() ?? 0), 0);
+    let leakedConnections = 0;
+    for (const i of instances) leakedConnections += (await i.checkedOut?.()) ?? 0;
     // Postgres frees a terminated backend's locks a moment after the client notices.
     let locks = await fixture.observer.locksOf(fixture.applicationName);
     if (locks.length > 0) {

@@ -45,4 +45,11 @@ export {
   type TransactionTask,
 } from './lock.js';
 export { fromPostgresError, sqlState } from './postgres-errors.js';
-export { type LockMode, type LockScope, MAX_TIMEOUT_MS } from './sql.js';
+export {
+  BACKEND_PID,
+  deadBackendsStatement,
+  type LockMode,
+  type LockScope,
+  MAX_TIMEOUT_MS,
+  type Statement,
+} from './sql.js';

@@ -469,6 +469,14 @@ export function createLockClient<Tx, Session>(
       return await executor.session(async (ctx) => {
         connection = ctx.signal;
         const driverPid = ctx.backendPid;
+        // A startup pid no server could have (PgBouncer's are random 32-bit values) is proof
+        // enough, before any lock statement.
+        if (
+          driverPid !== undefined &&
+          !(Number.isInteger(driverPid) && driverPid > 0 && driverPid < 2 ** 31)
+        ) {
+          throw detected('(not a server pid)', driverPid);
+        }
         let holderPid: number;
         if (p.wait) {
           // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler

@@ -176,6 +176,28 @@ export const cancelBackendStatement = (pid: number): Statement => ({
   params: [pid],
 });
 
+/**
+ * For adapters whose driver cannot tell when a connection dies: the server pid of the current
+ * connection (one row, `pid`), to watch it with {@link deadBackendsStatement}.
+ */
+export const BACKEND_PID = 'SELECT pg_backend_pid() AS pid';
+
+/** Which of `pids` no longer have a backend: rows of `pid`. */
+export function deadBackendsStatement(pids: readonly number[]): Statement {
+  return {
+    text: `SELECT p.pid FROM unnest($1::int4[]) AS p(pid)
+            WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = p.pid)`,
+    params: [pids.map((pid) => checkPid(pid))],
+  };
+}
+
+function checkPid(pid: number): number {
+  if (!Number.isInteger(pid) || pid <= 0 || pid > 2 ** 31 - 1) {
+    throw new LockkitError('OPTION_INVALID', `not a backend pid: ${String(pid)}`);
+  }
+  return pid;
+}
+
 /** Transaction control sent by core on a session connection (session-scoped blocking waits). */
 export const BEGIN = 'BEGIN';
 /** See {@link BEGIN}. */

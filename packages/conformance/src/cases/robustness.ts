@@ -131,7 +131,7 @@ export function robustnessCases<Tx, Session>(
       expect(outcomes.get('executed') ?? 0).toBeGreaterThan(0);
       expect(outcomes.get('skipped') ?? 0).toBeGreaterThan(0);
       expect(outcomes.get('task failed') ?? 0).toBeGreaterThan(0);
-      expect(instance.checkedOut?.() ?? 0).toBe(0);
+      expect((await instance.checkedOut?.()) ?? 0).toBe(0);
       expect(await f.observer.locksOf(f.applicationName)).toEqual([]);
     },
     120_000,

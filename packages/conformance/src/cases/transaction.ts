@@ -402,7 +402,7 @@ export function transactionCases<Tx, Session>(
       for (const call of invalid) {
         await expect(call).rejects.toMatchObject({ code: 'OPTION_INVALID' });
       }
-      expect(f.instance.checkedOut?.() ?? 0).toBe(0);
+      expect((await f.instance.checkedOut?.()) ?? 0).toBe(0);
     },
   );
 }

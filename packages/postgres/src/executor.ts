@@ -1,0 +1,195 @@
+/**
+ * The postgres.js executor: every operation on a connection reserved with `sql.reserve()`,
+ * released in `finally` (or, when the connection died, left to postgres.js to reconnect).
+ *
+ * Transactions are opened with one simple-protocol query — `BEGIN; SELECT pg_backend_pid();
+ * <core's first statement>` — so a lock decision costs two round trips, where `sql.begin` would
+ * await BEGIN first (three). The driver types are structural: this package never imports
+ * `postgres`.
+ */
+import {
+  BACKEND_PID,
+  type LockExecutor,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+  type TransactionContext,
+} from '@lockkit/core';
+import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
+
+/** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
+export interface PostgresResultLike extends ArrayLike<unknown> {
+  readonly command?: string;
+  readonly state?: { readonly pid?: number | null } | null;
+}
+
+/** The part of a reserved postgres.js `sql` we use. */
+export interface PostgresReservedLike {
+  unsafe(text: string, params?: unknown[]): PromiseLike<PostgresResultLike>;
+  release(): void;
+}
+
+/** The part of a postgres.js `sql` instance we use. */
+export interface PostgresSqlLike<R extends PostgresReservedLike = PostgresReservedLike> {
+  unsafe(text: string, params?: unknown[]): PromiseLike<ArrayLike<unknown>>;
+  reserve(): Promise<R>;
+  readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
+}
+
+/** Options of {@link postgresExecutor}. */
+export interface PostgresExecutorOptions {
+  /** Name reported in errors; default `'postgres'`. */
+  readonly name?: string;
+  /**
+   * Declare a transaction-pooling proxy (PgBouncer in transaction mode, Supavisor, …): session
+   * scope is then refused before any SQL. Create the postgres.js instance with `prepare: false`
+   * there (with `prepare: true` postgres.js hangs behind PgBouncer).
+   */
+  readonly transactionPooler?: boolean;
+}
+
+/** Errors that mean the connection itself is gone. */
+function isConnectionError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return (
+    typeof code === 'string' &&
+    (/^CONNECTION_/.test(code) ||
+      /^57P0[123]$/.test(code) ||
+      /^08/.test(code) ||
+      /^E[A-Z]+$/.test(code))
+  );
+}
+
+/** Rows of the last statement of a (possibly multi-statement) result. */
+function lastRows(result: PostgresResultLike): Row[] {
+  if (typeof result.command === 'string' || result.length === 0) return Array.from(result) as Row[];
+  return Array.from(result[result.length - 1] as ArrayLike<Row>);
+}
+
+interface Lease<R> {
+  readonly reserved: R;
+  readonly watched: WatchedLease;
+  readonly query: QueryFn;
+  /** The user's handle: refuses to send on a dead connection (postgres.js would crash). */
+  readonly handle: R;
+  readonly stop: () => void;
+}
+
+/**
+ * A {@link LockExecutor} over a postgres.js instance (`postgres(url, options)`).
+ *
+ * Capabilities: transaction, session (`sql.reserve()`), BEGIN + first statement in one round
+ * trip. Tasks receive the reserved `sql` of the lock's connection, inside its transaction.
+ *
+ * @example
+ * ```ts
+ * import postgres from 'postgres';
+ * import { createLockClient } from '@lockkit/core';
+ * import { postgresExecutor } from '@lockkit/postgres';
+ * const locks = createLockClient(postgresExecutor(postgres(process.env.DATABASE_URL)));
+ * ```
+ */
+export function postgresExecutor<R extends PostgresReservedLike>(
+  sql: PostgresSqlLike<R>,
+  options: PostgresExecutorOptions = {},
+): LockExecutor<R, R> {
+  const watch = ConnectionWatch.of(sql);
+
+  async function lease(): Promise<Lease<R>> {
+    const reserved = await sql.reserve();
+    const watched: WatchedLease = { pid: undefined, controller: new AbortController() };
+    const stop = watch.add(watched);
+    const { signal } = watched.controller;
+    const gone = () => signal.reason ?? new Error('connection closed');
+    const query: QueryFn = async (text, params) => {
+      await watch.settled();
+      if (signal.aborted) throw gone();
+      try {
+        return lastRows(await reserved.unsafe(text, params === undefined ? [] : [...params]));
+      } catch (error) {
+        if (isConnectionError(error)) watched.controller.abort(error);
+        throw error;
+      }
+    };
+    const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
+      ((...args: Parameters<F>) => {
+        if (signal.aborted) throw gone();
+        return fn(...args);
+      }) as F;
+    const handle = new Proxy(reserved, {
+      apply: (target, thisArg, args) => {
+        if (signal.aborted) throw gone();
+        return Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args);
+      },
+      get: (target, property, receiver) => {
+        const value = Reflect.get(target, property, receiver) as unknown;
+        if ((property === 'unsafe' || property === 'file') && typeof value === 'function') {
+          return guard((value as (...a: never[]) => unknown).bind(target));
+        }
+        return value;
+      },
+    });
+    return { reserved, watched, query, handle, stop };
+  }
+
+  function finish(l: Lease<R>): void {
+    l.stop();
+    // A dead reserved connection is already back in postgres.js's closed queue; releasing it
+    // would list it as open, and the next query on it would crash.
+    if (!l.watched.controller.signal.aborted) l.reserved.release();
+  }
+
+  async function inTransaction<T>(
+    opening: string | undefined,
+    fn: (ctx: TransactionContext<R>, openingRows: Row[]) => Promise<T>,
+  ): Promise<T> {
+    const l = await lease();
+    const { signal } = l.watched.controller;
+    try {
+      // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening.
+      const texts = ['BEGIN', BACKEND_PID, ...(opening === undefined ? [] : [opening])];
+      const results = (await l.reserved.unsafe(
+        texts.join('; '),
+      )) as unknown as PostgresResultLike[];
+      l.watched.pid = Number(Array.from(results[1] as ArrayLike<Row>)[0]?.pid);
+      const openingRows = opening === undefined ? [] : Array.from(results[2] as ArrayLike<Row>);
+      const result = await fn({ query: l.query, tx: l.handle, signal }, openingRows);
+      await l.query('COMMIT');
+      return result;
+    } catch (error) {
+      if (isConnectionError(error)) l.watched.controller.abort(error);
+      if (!signal.aborted) await l.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      finish(l);
+    }
+  }
+
+  const executor: LockExecutor<R, R> = {
+    name: options.name ?? 'postgres',
+    transactionPooler: options.transactionPooler === true,
+    transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
+    pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
+    async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
+      const l = await lease();
+      try {
+        const result = await l.reserved.unsafe(BACKEND_PID);
+        l.watched.pid = Number((Array.from(result) as Row[])[0]?.pid);
+        // The pid postgres.js got in BackendKeyData at connect: PgBouncer invents its own.
+        const backendPid = result.state?.pid ?? undefined;
+        return await fn({
+          query: l.query,
+          session: l.handle,
+          signal: l.watched.controller.signal,
+          backendPid,
+        });
+      } catch (error) {
+        if (isConnectionError(error)) l.watched.controller.abort(error);
+        throw error;
+      } finally {
+        finish(l);
+      }
+    },
+  };
+  return Object.freeze(executor);
+}

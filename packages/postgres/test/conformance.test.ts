@@ -1,0 +1,71 @@
+import { runConformance } from '@lockkit/conformance';
+import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import postgres from 'postgres';
+import { type PostgresReservedLike, postgresExecutor } from '../src/index.js';
+
+/**
+ * A postgres.js instance whose reserved connections are counted. A connection whose backend died
+ * is deliberately never released (postgres.js would crash reusing it; it reconnects the slot on
+ * its own), so "checked out" counts the unreleased reserves whose backend is still alive.
+ */
+function instance(url: string, poolSize: number, prepare: boolean, transactionPooler: boolean) {
+  const sql = postgres(url, { max: poolSize, prepare, onnotice: () => {} });
+  const open = new Map<PostgresReservedLike, { pid?: number | undefined }>();
+  const counted = {
+    unsafe: sql.unsafe.bind(sql),
+    options: sql.options,
+    reserve: async () => {
+      const reserved = await sql.reserve();
+      const entry: { pid?: number | undefined } = {};
+      open.set(reserved, entry);
+      const unsafe = reserved.unsafe.bind(reserved);
+      reserved.unsafe = ((text: string, params?: never[]) => {
+        const pending = unsafe(text, params);
+        if (entry.pid === undefined && text.includes('pg_backend_pid() AS pid')) {
+          void Promise.resolve(pending).then(
+            (result: unknown) => {
+              const rows = result as { pid?: number }[] & { command?: string };
+              const first =
+                typeof rows.command === 'string'
+                  ? rows[0]
+                  : (rows as unknown as { pid?: number }[][])[1]?.[0];
+              entry.pid = first?.pid;
+            },
+            () => {},
+          );
+        }
+        return pending;
+      }) as typeof reserved.unsafe;
+      const release = reserved.release.bind(reserved);
+      reserved.release = () => {
+        open.delete(reserved);
+        release();
+      };
+      return reserved;
+    },
+  };
+  return {
+    executor: postgresExecutor(counted, { transactionPooler }),
+    checkedOut: async () => {
+      if (open.size === 0) return 0;
+      const pids = [...open.values()].map((e) => e.pid ?? -1);
+      const alive = await sql<{ pid: number }[]>`
+        SELECT pid FROM pg_stat_activity WHERE pid = ANY(${pids}::int4[])`;
+      return pids.filter((pid) => pid === -1 || alive.some((a) => a.pid === pid)).length;
+    },
+    close: () => sql.end({ timeout: 5 }),
+  };
+}
+
+for (const prepare of [true, false]) {
+  runConformance({
+    name: `postgres.js (prepare: ${prepare})`,
+    databaseUrl: testDatabaseUrl,
+    // postgres.js with prepare: true hangs behind PgBouncer in transaction mode (its named
+    // statements): the PgBouncer groups run once, with prepare: false, as users must configure it.
+    ...(prepare ? {} : { pgbouncer: testPgBouncer }),
+    createInstance: ({ url, poolSize, transactionPooler }) =>
+      instance(url, poolSize, prepare, transactionPooler ?? false),
+    nativeQuery: (tx, text) => tx.unsafe(text),
+  });
+}

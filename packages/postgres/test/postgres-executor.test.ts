@@ -1,0 +1,90 @@
+/**
+ * postgres.js specifics beyond the conformance suite: parameters reach the server as the right
+ * types with prepare on and off, and a dead reserved connection never crashes the process.
+ */
+import { LockKey } from '@lockkit/core';
+import { testDatabaseUrl } from '@lockkit/test-db';
+import pg from 'pg';
+import postgres from 'postgres';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createLockKit } from '../src/index.js';
+
+const instances: postgres.Sql[] = [];
+afterEach(async () => {
+  await Promise.all(instances.splice(0).map((sql) => sql.end({ timeout: 5 })));
+});
+
+describe.each([true, false])('postgres.js with prepare: %s', (prepare) => {
+  const newSql = () => {
+    const sql = postgres(testDatabaseUrl(), { max: 4, prepare, onnotice: () => {} });
+    instances.push(sql);
+    return sql;
+  };
+
+  it('sends int4 pairs and int8 keys intact, as int4 and int8, to the lock functions', async () => {
+    const locks = createLockKit(newSql());
+    const keys = [
+      LockKey.fromPair(-(2 ** 31), 2 ** 31 - 1),
+      LockKey.fromBigInt(-(2n ** 63n)),
+      LockKey.fromBigInt(2n ** 63n - 1n),
+      LockKey.fromBigInt(9_007_199_254_740_993n), // not representable as a JS number
+    ];
+    for (const key of keys) {
+      const r = await locks.withLock(key, async (_tx, ctx) => {
+        const [types] = await ctx.query(
+          key.pair
+            ? 'SELECT pg_typeof($1::int4)::text AS a, pg_typeof($2::int4)::text AS b'
+            : 'SELECT pg_typeof($1::int8)::text AS a, $1::int8::text AS value',
+          key.pair ? [...key.pair] : [String(key.int8)],
+        );
+        const [held] = await ctx.query(
+          `SELECT classid::text, objid::text, objsubid::int AS objsubid FROM pg_locks
+            WHERE locktype = 'advisory' AND pid = pg_backend_pid()`,
+        );
+        return { types, held };
+      });
+      expect(r.executed).toBe(true);
+      if (!r.executed) continue;
+      expect(r.result.types).toEqual(
+        key.pair ? { a: 'integer', b: 'integer' } : { a: 'bigint', value: String(key.int8) },
+      );
+      expect(LockKey.fromPgLocks(r.result.held as never).equals(key)).toBe(true);
+    }
+  });
+
+  it('survives a backend terminated while the task is idle, and the instance keeps working', async () => {
+    const sql = newSql();
+    const locks = createLockKit(sql);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    try {
+      const outcome = await locks
+        .withLock(LockKey.fromNames('pjs', `idle-${prepare}`), async (tx, ctx) => {
+          const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+          await admin.query('SELECT pg_terminate_backend($1)', [row?.pid]);
+          await new Promise<void>((resolve) =>
+            ctx.signal.addEventListener('abort', () => resolve()),
+          );
+          // The user's handle refuses to send on the dead connection instead of crashing.
+          expect(() => tx`SELECT 1`).toThrow();
+          return 'done';
+        })
+        .then(
+          () => 'resolved',
+          (error: { code?: string }) => error.code,
+        );
+      expect(outcome).toBe('CONNECTION_LOST');
+      const again = await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          locks.runExclusiveJob('pjs', `after-${prepare}-${i}`, async (tx) => {
+            const [row] = await tx`SELECT 1 AS one`;
+            return row?.one;
+          }),
+        ),
+      );
+      expect(again.every((r) => r.executed && r.result === 1)).toBe(true);
+    } finally {
+      await admin.end();
+    }
+  });
+});
