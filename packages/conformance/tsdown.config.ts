@@ -1,2 +1,3 @@
 import { lockkitBuild } from '@lockkit/build-config';
-export default lockkitBuild();
+// The worker process of the leases group is a second, runnable entry.
+export default lockkitBuild({ entry: ['src/index.ts', 'src/lease-worker.ts'] });

@@ -33,6 +33,13 @@ export type ConformanceCaseId =
   | 'pipelining.two-round-trips'
   | 'robustness.counter-fuzz'
   | 'robustness.mixed-operations'
+  | 'leases.migrate-idempotent'
+  | 'leases.exactly-one-of-50'
+  | 'leases.no-lock-or-connection-while-running'
+  | 'leases.renewal-keeps-it'
+  | 'leases.stalled-holder-loses'
+  | 'leases.tokens-increase'
+  | 'leases.killed-holder-process'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
   | 'pooler.session-refused-when-detected';
@@ -78,6 +85,12 @@ export interface ConformanceAdapter<Tx, Session> {
    * case proving that such writes join the lock's transaction.
    */
   readonly nativeQuery?: (tx: Tx, text: string) => Promise<unknown>;
+  /**
+   * Absolute path of an ES module, runnable by plain `node`, that exports a `createInstance`
+   * function of the same shape as {@link ConformanceAdapter.createInstance}: the leases group
+   * runs it in a worker process that it then kills.
+   */
+  readonly workerModule?: string;
   /** Cases this adapter cannot pass, each with the reason shown in the skipped test's name. */
   readonly disable?: { readonly [K in ConformanceCaseId]?: string };
 }

@@ -19,6 +19,7 @@
  */
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
+import { leaseCases } from './cases/leases.js';
 import { pipeliningCases } from './cases/pipelining.js';
 import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
@@ -40,7 +41,7 @@ export {
 export { type RoundTripProxy, startRoundTripProxy } from './proxy.js';
 
 /** The capability groups of the suite. */
-export type ConformanceGroup = 'transaction' | 'session' | 'pipelining' | 'robustness';
+export type ConformanceGroup = 'transaction' | 'session' | 'pipelining' | 'robustness' | 'leases';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -59,7 +60,9 @@ export function runConformance<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   options: RunConformanceOptions = {},
 ): void {
-  const groups = new Set(options.groups ?? ['transaction', 'session', 'pipelining', 'robustness']);
+  const groups = new Set(
+    options.groups ?? ['transaction', 'session', 'pipelining', 'robustness', 'leases'],
+  );
   // Capabilities are properties of the executor object: a probe instance that never connects.
   const probe = adapter.createInstance({ url: adapter.databaseUrl(), poolSize: 1 });
   const capabilities = {
@@ -93,6 +96,7 @@ export function runConformance<Tx, Session>(
       pipeliningCases,
     );
     group('robustness', undefined, robustnessCases);
+    group('leases', undefined, leaseCases);
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
@@ -111,6 +115,7 @@ export function runConformance<Tx, Session>(
         ['transaction', transactionCases],
         ['pipelining', pipeliningCases],
         ['robustness', robustnessCases],
+        ['leases', leaseCases],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -151,5 +156,6 @@ function cases<Tx, Session>(
   transactionCases(adapter, fixture);
   pipeliningCases(adapter, fixture);
   robustnessCases(adapter, fixture);
+  leaseCases(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }

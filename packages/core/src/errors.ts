@@ -32,6 +32,7 @@ export type LockkitErrorCode =
   | 'LOCK_TABLE_FULL'
   | 'LOCK_NOT_HELD'
   | 'UNSAFE_BEHIND_POOLER'
+  | 'LEASE_LOST'
   | 'ABORTED';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
@@ -197,6 +198,24 @@ export class UnsafeBehindPoolerError extends LockkitError {
     super('UNSAFE_BEHIND_POOLER', message);
     this.name = 'UnsafeBehindPoolerError';
     this.reason = reason;
+  }
+}
+
+/**
+ * A lease's holder lost it: a renewal found another token in the row, no renewal succeeded before
+ * the local deadline (expiry minus a safety margin, on a monotonic clock), or the completion or a
+ * fenced write was refused because a newer holder has claimed the job. The task's signal fired
+ * when this was noticed; another worker may be running the job.
+ */
+export class LeaseLostError extends LockkitError {
+  declare readonly code: 'LEASE_LOST';
+  /** The fencing token that was lost. */
+  readonly token: bigint;
+
+  constructor(message: string, token: bigint, options: LockkitErrorOptions = {}) {
+    super('LEASE_LOST', message, options);
+    this.name = 'LeaseLostError';
+    this.token = token;
   }
 }
 

@@ -2,6 +2,7 @@ export {
   ConnectionLostError,
   DeadlockError,
   isLockkitError,
+  LeaseLostError,
   LockKeyError,
   type LockKeyErrorCode,
   LockkitError,
@@ -31,6 +32,15 @@ export {
   type PgLocksCoordinates,
   type PgLocksRow,
 } from './keys.js';
+export type {
+  LeaseContext,
+  LeaseHolder,
+  LeaseOperations,
+  LeaseOptions,
+  LeaseRef,
+  LeaseResult,
+  LeaseTask,
+} from './lease.js';
 export {
   type AcquireOptions,
   createLockClient,
@@ -44,7 +54,9 @@ export {
   type TransactionLockOptions,
   type TransactionTask,
 } from './lock.js';
+export { DEFAULT_SCHEMA, type MigrationResult, migrate } from './migrate.js';
 export { fromPostgresError, sqlState } from './postgres-errors.js';
+export { quoteIdentifier } from './sql/identifiers.js';
 export {
   BACKEND_PID,
   deadBackendsStatement,
@@ -52,4 +64,4 @@ export {
   type LockScope,
   MAX_TIMEOUT_MS,
   type Statement,
-} from './sql.js';
+} from './sql/locks.js';

@@ -18,7 +18,10 @@ import {
   type TransactionContext,
 } from './executor.js';
 import { LockKey } from './keys.js';
+import { type LeaseOperations, leaseOperations } from './lease.js';
+import { DEFAULT_SCHEMA, type MigrationResult, migrate } from './migrate.js';
 import { fromPostgresError, sqlState } from './postgres-errors.js';
+import { quoteIdentifier } from './sql/identifiers.js';
 import {
   BEGIN,
   COMMIT,
@@ -33,7 +36,7 @@ import {
   ROLLBACK,
   type SettingValue,
   unlockStatement,
-} from './sql.js';
+} from './sql/locks.js';
 
 /** How to acquire a lock. */
 export interface AcquireOptions {
@@ -100,9 +103,15 @@ export type JobResult<T> =
  * The lock operations, bound to one executor. Made by {@link createLockClient}, or by an
  * adapter's `createLockKit(handle)`.
  */
-export interface LockClient<Tx, Session> {
+export interface LockClient<Tx, Session> extends LeaseOperations<Tx> {
   /** The executor every operation runs on. */
   readonly executor: LockExecutor<Tx, Session>;
+
+  /**
+   * Creates or upgrades lockkit's tables (leases) in the client's schema; safe to call from every
+   * instance at start-up. See {@link migrate}.
+   */
+  migrate(): Promise<MigrationResult>;
 
   /**
    * Runs `task` on exactly one of the callers that race for `(namespace, jobKey)`.
@@ -156,8 +165,10 @@ export interface LockClient<Tx, Session> {
   ): Promise<JobResult<T>>;
 }
 
-/** Defaults applied to every transaction-scoped call of one client. */
+/** Options of one lock client: defaults of its calls, and where its tables live. */
 export interface LockClientOptions {
+  /** Schema of lockkit's tables (leases), validated and quoted. Default `lockkit`. */
+  readonly schema?: string;
   /** Default `statementTimeoutMs` of transaction-scoped calls. */
   readonly statementTimeoutMs?: number;
   /** Default `idleInTransactionTimeoutMs` of transaction-scoped calls. */
@@ -588,10 +599,19 @@ export function createLockClient<Tx, Session>(
     }
   };
 
+  const schemaName = options.schema ?? DEFAULT_SCHEMA;
+  const leases = leaseOperations(
+    executor,
+    (key, task) => withLock(key, (_tx, ctx) => task(ctx.query)),
+    quoteIdentifier(schemaName),
+  );
+
   return Object.freeze({
     executor,
     withLock,
     withSessionLock,
+    ...leases,
+    migrate: () => migrate(executor as LockExecutor, { schema: schemaName }),
     async runExclusiveJob<T>(
       namespace: string,
       jobKey: string,

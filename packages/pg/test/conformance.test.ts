@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import pg from 'pg';
@@ -19,4 +20,5 @@ runConformance({
     };
   },
   nativeQuery: (client, text) => client.query(text),
+  workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
 });

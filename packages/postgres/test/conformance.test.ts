@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import postgres from 'postgres';
@@ -67,5 +68,6 @@ for (const prepare of [true, false]) {
     createInstance: ({ url, poolSize, transactionPooler }) =>
       instance(url, poolSize, prepare, transactionPooler ?? false),
     nativeQuery: (tx, text) => tx.unsafe(text),
+    workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
   });
 }

@@ -8,8 +8,8 @@
  *
  * @packageDocumentation
  */
-import { LockkitError } from './errors.js';
-import type { LockKey } from './keys.js';
+import { LockkitError } from '../errors.js';
+import type { LockKey } from '../keys.js';
 
 /** Exclusive locks exclude everyone; shared locks exclude only exclusive ones. */
 export type LockMode = 'exclusive' | 'shared';

@@ -1,13 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { LockKey } from './keys.js';
+import { LockKey } from '../keys.js';
 import {
   checkMilliseconds,
   inlinePrepareStatement,
   inlineTryLockStatement,
   lockStatement,
   unlockStatement,
-} from './sql.js';
+} from './locks.js';
 
 const anyKey = fc.oneof(
   fc.tuple(fc.integer(), fc.integer()).map(([a, b]) => LockKey.fromPair(a, b)),

@@ -1,0 +1,382 @@
+/**
+ * Leases: claimed by exactly one, renewed while held, lost by a stalled holder whose late writes
+ * are refused, tokens strictly increasing, and taken over after the holder's process is killed.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import {
+  createLockClient,
+  LeaseLostError,
+  type LeaseResult,
+  type LockClient,
+  LockKey,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
+import { caseIt, type Fixture } from '../suite.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function leaseCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+): void {
+  /** A fresh schema with the lease tables, dropped after `fn`. */
+  const withSchema = async (
+    fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
+  ): Promise<void> => {
+    const f = fixture();
+    const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
+    const locks = createLockClient(f.instance.executor, { schema });
+    try {
+      await locks.migrate();
+      await fn(schema, locks);
+    } finally {
+      await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  };
+  const job = () => ({
+    namespace: 'lockkit-conformance-leases',
+    jobKey: randomBytes(8).toString('hex'),
+  });
+  const test = (
+    id: Parameters<typeof caseIt>[1],
+    title: string,
+    fn: () => Promise<void>,
+    timeout?: number,
+  ) => caseIt(adapter, id, title, fn, timeout);
+
+  test(
+    'leases.migrate-idempotent',
+    'migrate from many instances at once applies each version once; bad schema names are refused',
+    async () => {
+      const f = fixture();
+      const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
+      try {
+        const results = await Promise.all(
+          Array.from({ length: 6 }, () =>
+            createLockClient(f.newInstance(2).executor, { schema }).migrate(),
+          ),
+        );
+        expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
+        expect(new Set(results.map((r) => r.to)).size).toBe(1);
+        const again = await createLockClient(f.instance.executor, { schema }).migrate();
+        expect(again.applied).toEqual([]);
+        const versions = await f.observer.query<{ version: number }>(
+          `SELECT version FROM "${schema}".migrations ORDER BY version`,
+        );
+        expect(versions.map((v) => v.version)).toEqual(
+          Array.from({ length: again.to }, (_, i) => i + 1),
+        );
+      } finally {
+        await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      }
+      for (const bad of ['', 'a-b', 'x"; DROP TABLE y; --', '1abc', 'a'.repeat(64)]) {
+        expect(() => createLockClient(f.instance.executor, { schema: bad })).toThrow(
+          expect.objectContaining({ code: 'OPTION_INVALID' }),
+        );
+      }
+    },
+  );
+
+  test(
+    'leases.exactly-one-of-50',
+    '50 contenders claim one lease: exactly one runs, the others learn who holds it',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const instance = f.newInstance(55);
+        const locks = createLockClient(instance.executor, { schema });
+        const { namespace, jobKey } = job();
+        const release = gate();
+        let decided = 0;
+        const results = await Promise.all(
+          Array.from({ length: 50 }, async () => {
+            const r = await locks.runWithLease(
+              namespace,
+              jobKey,
+              () => release.promise.then(() => 'ran'),
+              {
+                ttlMs: 20_000,
+              },
+            );
+            if (!r.executed && ++decided === 49) release.open();
+            return r;
+          }),
+        );
+        const winners = results.filter((r) => r.executed);
+        expect(winners).toHaveLength(1);
+        const losers = results.filter(
+          (r): r is Extract<LeaseResult<string>, { executed: false }> => !r.executed,
+        );
+        expect(losers).toHaveLength(49);
+        // Those that found the row (not merely the claim lock busy) name the winner's token.
+        for (const l of losers) {
+          if (l.holder) expect(l.holder.token).toBe((winners[0] as { token: bigint }).token);
+        }
+      }),
+    60_000,
+  );
+
+  test(
+    'leases.no-lock-or-connection-while-running',
+    'while the task runs, no advisory lock is held and no connection is checked out',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const instance = f.newInstance(4);
+        const locks = createLockClient(instance.executor, { schema });
+        const { namespace, jobKey } = job();
+        const r = await locks.runWithLease(
+          namespace,
+          jobKey,
+          async (lease) => ({
+            locks: (await f.observer.locksOn(LockKey.fromNames(namespace, jobKey))).length,
+            all: (await f.observer.locksOf(f.applicationName)).length,
+            checkedOut: (await instance.checkedOut?.()) ?? 0,
+            row: await f.observer.query<{ status: string; token: string }>(
+              `SELECT status, token::text FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+              [namespace, jobKey],
+            ),
+            token: lease.token,
+          }),
+          { heartbeat: false, ttlMs: 10_000 },
+        );
+        expect(r.executed).toBe(true);
+        if (!r.executed) return;
+        expect(r.result).toMatchObject({ locks: 0, all: 0, checkedOut: 0 });
+        expect(r.result.row).toEqual([{ status: 'IN_PROGRESS', token: String(r.result.token) }]);
+        const [after] = await f.observer.query<{ status: string }>(
+          `SELECT status FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+          [namespace, jobKey],
+        );
+        expect(after?.status).toBe('COMPLETED');
+      }),
+  );
+
+  test(
+    'leases.renewal-keeps-it',
+    'the heartbeat keeps a lease alive far past its TTL; contenders skip all along',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const other = createLockClient(f.newInstance(2).executor, { schema });
+        const { namespace, jobKey } = job();
+        let contenderRuns = 0;
+        let contenderTries = 0;
+        const r = await locks.runWithLease(
+          namespace,
+          jobKey,
+          async (lease) => {
+            const until = performance.now() + 1500; // five TTLs
+            while (performance.now() < until) {
+              const c = await other.runWithLease(namespace, jobKey, async () => 'stolen', {
+                ttlMs: 300,
+              });
+              contenderTries++;
+              if (c.executed) contenderRuns++;
+              await sleep(100);
+            }
+            return lease.signal.aborted;
+          },
+          { ttlMs: 300, renewEveryMs: 60, safetyMarginMs: 60 },
+        );
+        expect(r).toMatchObject({ executed: true, result: false });
+        expect(contenderTries).toBeGreaterThan(5);
+        expect(contenderRuns).toBe(0);
+      }),
+    30_000,
+  );
+
+  test(
+    'leases.stalled-holder-loses',
+    'a holder that stops renewing loses the lease at expiry; its late fenced write and completion are refused',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const other = createLockClient(f.newInstance(2).executor, { schema });
+        const { namespace, jobKey } = job();
+        await f.observer.query(`CREATE TABLE "${schema}".ledger (writer text, token bigint)`);
+        const takenOver = gate<bigint>();
+        const stale = locks.runWithLease(
+          namespace,
+          jobKey,
+          async (lease) => {
+            await lease.fenced((_tx, query) =>
+              query(`INSERT INTO "${schema}".ledger VALUES ('stale', $1::int8)`, [
+                String(lease.token),
+              ]),
+            );
+            // Paused: no heartbeat. The local deadline tells this holder it is lost...
+            const reason = await aborted(lease.signal, 5000);
+            expect(reason).toBeInstanceOf(LeaseLostError);
+            // ...but it carries on as a paused-then-resumed worker would, after a takeover.
+            await takenOver.promise;
+            const late = await rejection(
+              lease.fenced((_tx, query) =>
+                query(`INSERT INTO "${schema}".ledger VALUES ('stale-late', $1::int8)`, [
+                  String(lease.token),
+                ]),
+              ),
+            );
+            expect(late).toBeInstanceOf(LeaseLostError);
+            return lease.token;
+          },
+          { heartbeat: false, ttlMs: 400, safetyMarginMs: 100 },
+        );
+        const staleOutcome = rejection(stale); // observed from now on: it rejects mid-loop
+        // The new holder can claim only once the stale lease has expired.
+        let next: LeaseResult<bigint> | undefined;
+        const deadline = Date.now() + 10_000;
+        while (Date.now() < deadline) {
+          next = await other.runWithLease(namespace, jobKey, async (lease) => {
+            await lease.fenced((_tx, query) =>
+              query(`INSERT INTO "${schema}".ledger VALUES ('new', $1::int8)`, [
+                String(lease.token),
+              ]),
+            );
+            takenOver.open(lease.token);
+            return lease.token;
+          });
+          if (next.executed) break;
+          await sleep(50);
+        }
+        expect(next?.executed).toBe(true);
+        const staleError = await staleOutcome;
+        expect(staleError).toBeInstanceOf(LeaseLostError);
+        const ledger = await f.observer.query<{ writer: string; token: string }>(
+          `SELECT writer, token::text FROM "${schema}".ledger ORDER BY token, writer`,
+        );
+        expect(ledger.map((l) => l.writer)).toEqual(['stale', 'new']);
+        expect(BigInt((ledger[1] as { token: string }).token)).toBe(
+          BigInt((ledger[0] as { token: string }).token) + 1n,
+        );
+        const [row] = await f.observer.query<{ status: string; token: string }>(
+          `SELECT status, token::text FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+          [namespace, jobKey],
+        );
+        // The stale holder's completion did not overwrite the new holder's record.
+        expect(row).toEqual({ status: 'COMPLETED', token: (ledger[1] as { token: string }).token });
+      }),
+    30_000,
+  );
+
+  test(
+    'leases.tokens-increase',
+    'every claim gets a strictly greater token; failures are recorded under their token',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const { namespace, jobKey } = job();
+        const tokens: bigint[] = [];
+        for (let i = 0; i < 5; i++) {
+          if (i === 2) {
+            const boom = new Error('run 3 failed');
+            expect(
+              await rejection(
+                locks.runWithLease(namespace, jobKey, (lease) => {
+                  tokens.push(lease.token);
+                  throw boom;
+                }),
+              ),
+            ).toBe(boom);
+            const [row] = await f.observer.query<{ status: string; last_error: string }>(
+              `SELECT status, last_error FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+              [namespace, jobKey],
+            );
+            expect(row).toEqual({ status: 'FAILED', last_error: 'Error: run 3 failed' });
+            continue;
+          }
+          const r = await locks.runWithLease(namespace, jobKey, async (lease) => lease.token);
+          if (r.executed) tokens.push(r.result);
+        }
+        expect(tokens).toHaveLength(5);
+        for (let i = 1; i < tokens.length; i++) {
+          expect((tokens[i] as bigint) > (tokens[i - 1] as bigint)).toBe(true);
+        }
+        const [row] = await f.observer.query<{ attempts: string; status: string }>(
+          `SELECT attempts::text, status FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+          [namespace, jobKey],
+        );
+        expect(row).toEqual({ attempts: '5', status: 'COMPLETED' });
+      }),
+  );
+
+  if (!adapter.workerModule) {
+    test('leases.killed-holder-process', 'SKIPPED: the adapter gave no workerModule', async () => {
+      throw new Error('unreachable');
+    });
+    return;
+  }
+  const workerModule = adapter.workerModule;
+  test(
+    'leases.killed-holder-process',
+    'killing the holder process mid-job: others skip until its lease expires, then one takes over',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const { namespace, jobKey } = job();
+        const worker = spawn(
+          process.execPath,
+          [
+            fileURLToPath(new URL('./lease-worker.mjs', import.meta.url)),
+            JSON.stringify({
+              module: workerModule,
+              url: f.url,
+              schema,
+              namespace,
+              jobKey,
+              ttlMs: 1500,
+            }),
+          ],
+          { stdio: ['ignore', 'pipe', 'inherit'] },
+        );
+        try {
+          const claimed = await new Promise<bigint>((resolve, reject) => {
+            let out = '';
+            const timer = setTimeout(
+              () => reject(new Error(`worker did not claim: ${out}`)),
+              20_000,
+            );
+            worker.stdout?.on('data', (chunk: Buffer) => {
+              out += chunk.toString();
+              const match = /CLAIMED (\d+)/.exec(out);
+              if (match) {
+                clearTimeout(timer);
+                resolve(BigInt(match[1] as string));
+              } else if (/ERROR|NOT CLAIMED/.test(out)) {
+                clearTimeout(timer);
+                reject(new Error(out));
+              }
+            });
+          });
+          const whileAlive = await locks.runWithLease(namespace, jobKey, async () => 'no');
+          expect(whileAlive).toMatchObject({ executed: false, holder: { token: claimed } });
+          worker.kill('SIGKILL');
+          await new Promise((r) => worker.once('exit', r));
+          let taken: LeaseResult<{ token: bigint; tookOver: boolean }> | undefined;
+          let skippedAfterKill = 0;
+          const deadline = Date.now() + 15_000;
+          while (Date.now() < deadline) {
+            taken = await locks.runWithLease(namespace, jobKey, async (lease) => ({
+              token: lease.token,
+              tookOver: lease.tookOver,
+            }));
+            if (taken.executed) break;
+            skippedAfterKill++;
+            await sleep(100);
+          }
+          expect(taken).toMatchObject({
+            executed: true,
+            result: { token: claimed + 1n, tookOver: true },
+          });
+          // The dead holder's lease was still valid right after the kill: nobody jumped in early.
+          expect(skippedAfterKill).toBeGreaterThan(0);
+        } finally {
+          if (worker.exitCode === null) worker.kill('SIGKILL');
+        }
+      }),
+    60_000,
+  );
+}

@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import type { LockExecutor } from './executor.js';
+import { createLockClient } from './lock.js';
+
+// Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
+const unreachable = (): never => {
+  throw new Error('no SQL may be sent');
+};
+const executor: LockExecutor = { name: 'unreachable', transaction: unreachable };
+const locks = createLockClient(executor);
+const task = async () => 1;
+
+describe('runWithLease option checks', () => {
+  it.each([
+    ['a tiny ttl', { ttlMs: 10 }],
+    ['a fractional ttl', { ttlMs: 1000.5 }],
+    ['renewals slower than the ttl allows', { ttlMs: 1000, renewEveryMs: 1000 }],
+    ['a margin as long as the ttl', { ttlMs: 1000, safetyMarginMs: 1000 }],
+    ['an empty owner', { owner: '' }],
+    ['a non-boolean heartbeat', { heartbeat: 'no' as unknown as boolean }],
+    ['a non-signal', { signal: {} as AbortSignal }],
+  ])('refuses %s with OPTION_INVALID', async (_label, options) => {
+    await expect(locks.runWithLease('ns', 'job', task, options)).rejects.toMatchObject({
+      code: 'OPTION_INVALID',
+    });
+  });
+
+  it('refuses bad names and tasks with typed errors', async () => {
+    await expect(locks.runWithLease('', 'job', task)).rejects.toMatchObject({ code: 'KEY_EMPTY' });
+    await expect(
+      locks.runWithLease('ns', 'job', 'task' as unknown as typeof task),
+    ).rejects.toMatchObject({ code: 'OPTION_INVALID' });
+  });
+
+  it('validates the schema when the client is made', () => {
+    expect(() => createLockClient(executor, { schema: 'bad-name' })).toThrow(
+      expect.objectContaining({ code: 'OPTION_INVALID' }),
+    );
+    expect(() => createLockClient(executor, { schema: 'jobs_2' })).not.toThrow();
+  });
+});

@@ -1,0 +1,72 @@
+/**
+ * Creating and upgrading lockkit's tables: versioned, idempotent, and guarded by an advisory lock
+ * so that many instances starting at once apply each migration exactly once.
+ *
+ * @packageDocumentation
+ */
+import type { LockExecutor } from './executor.js';
+import { LockKey } from './keys.js';
+import { quoteIdentifier } from './sql/identifiers.js';
+import { lockStatement } from './sql/locks.js';
+import {
+  APPLIED_VERSION,
+  BOOTSTRAP,
+  inSchema,
+  LATEST_VERSION,
+  MIGRATIONS,
+  RECORD_MIGRATION,
+} from './sql/migrations.js';
+
+/** The schema lockkit's tables live in unless told otherwise. */
+export const DEFAULT_SCHEMA = 'lockkit';
+
+/** What {@link migrate} did. */
+export interface MigrationResult {
+  readonly schema: string;
+  /** Version before the call. */
+  readonly from: number;
+  /** Version after the call (the latest). */
+  readonly to: number;
+  /** Versions this call applied (empty when the schema was up to date). */
+  readonly applied: readonly number[];
+}
+
+/**
+ * Brings lockkit's tables in `schema` (default `lockkit`) to the latest version, in one
+ * transaction holding the advisory lock of `('lockkit', 'migrate:<schema>')`: safe to call from
+ * every instance at start-up; exactly one applies each migration, the others wait and find it
+ * done. The schema name is validated and quoted.
+ *
+ * @example
+ * ```ts
+ * await migrate(pgExecutor(pool));                     // schema "lockkit"
+ * await migrate(pgExecutor(pool), { schema: 'jobs' }); // schema "jobs"
+ * ```
+ */
+export async function migrate(
+  executor: LockExecutor,
+  options: { readonly schema?: string } = {},
+): Promise<MigrationResult> {
+  const schemaName = options.schema ?? DEFAULT_SCHEMA;
+  const schema = quoteIdentifier(schemaName);
+  const guard = lockStatement(
+    LockKey.fromNames('lockkit', `migrate:${schemaName}`),
+    'transaction',
+    'exclusive',
+    true,
+  );
+  return executor.transaction(async ({ query }) => {
+    await query(guard.text, guard.params);
+    for (const statement of BOOTSTRAP) await query(inSchema(statement, schema));
+    const [row] = await query(inSchema(APPLIED_VERSION, schema));
+    const from = Number(row?.version ?? 0);
+    const applied: number[] = [];
+    for (const migration of MIGRATIONS) {
+      if (migration.version <= from) continue;
+      for (const statement of migration.statements) await query(inSchema(statement, schema));
+      await query(inSchema(RECORD_MIGRATION, schema), [migration.version, migration.description]);
+      applied.push(migration.version);
+    }
+    return { schema: schemaName, from, to: Math.max(from, LATEST_VERSION), applied };
+  });
+}
