@@ -10,9 +10,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import { generateLockKeys } from '@lockkit/core';
+import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
@@ -38,6 +41,8 @@ async function main(): Promise<void> {
       const locks = createLockKit(pool);
       const sql = postgres(url, { max: clients, onnotice: () => {} });
       const pjsLocks = createPostgresLockKit(sql);
+      const drizzlePgLocks = createDrizzleLockKit(drizzleNodePostgres(pool));
+      const drizzlePjsLocks = createDrizzleLockKit(drizzlePostgresJs(sql));
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
       const runJobs = Array.from({ length: clients }, (_, i) => `run-${i}`);
@@ -108,6 +113,16 @@ async function main(): Promise<void> {
           name: '@lockkit/postgres runExclusiveJob, skip decision',
           operation: (client) =>
             pjsLocks.runExclusiveJob(namespace, skipJobs[client] as string, async () => {}),
+        },
+        {
+          name: '@lockkit/drizzle (node-postgres) runExclusiveJob, run decision',
+          operation: (client) =>
+            drizzlePgLocks.runExclusiveJob(namespace, `dpg-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: '@lockkit/drizzle (postgres.js) runExclusiveJob, run decision',
+          operation: (client) =>
+            drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
         },
       ];
       // Sanity: the skip scenario skips and the run scenario runs.

@@ -199,6 +199,7 @@ export function leaseCases<Tx, Session>(
         const { namespace, jobKey } = job();
         await f.observer.query(`CREATE TABLE "${schema}".ledger (writer text, token bigint)`);
         const takenOver = gate<bigint>();
+        const staleClaimed = gate();
         const stale = locks.runWithLease(
           namespace,
           jobKey,
@@ -208,6 +209,7 @@ export function leaseCases<Tx, Session>(
                 String(lease.token),
               ]),
             );
+            staleClaimed.open();
             // Paused: no heartbeat. The local deadline tells this holder it is lost...
             const reason = await aborted(lease.signal, 5000);
             expect(reason).toBeInstanceOf(LeaseLostError);
@@ -226,6 +228,7 @@ export function leaseCases<Tx, Session>(
           { heartbeat: false, ttlMs: 400, safetyMarginMs: 100 },
         );
         const staleOutcome = rejection(stale); // observed from now on: it rejects mid-loop
+        await Promise.race([staleClaimed.promise, stale]); // the stale holder claims first
         // The new holder can claim only once the stale lease has expired.
         let next: LeaseResult<bigint> | undefined;
         const deadline = Date.now() + 10_000;

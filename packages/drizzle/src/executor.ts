@@ -1,0 +1,209 @@
+/**
+ * The Drizzle executor: transactions through `db.transaction(…)` on any Drizzle Postgres
+ * database, with lockkit's statements bound as Drizzle parameters; sessions through the driver
+ * under it where it can pin a connection (node-postgres pool, postgres.js).
+ */
+import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
+import { type PgPoolClientLike, type PgPoolLike, pgExecutor } from '@lockkit/pg';
+import {
+  type PostgresReservedLike,
+  type PostgresSqlLike,
+  postgresExecutor,
+} from '@lockkit/postgres';
+import { type SQL, sql } from 'drizzle-orm';
+
+/** What lockkit needs of a Drizzle transaction: `execute`, and (at runtime) its session. */
+export interface DrizzleTransactionLike {
+  execute(query: SQL): Promise<unknown>;
+}
+
+/** What lockkit needs of a Drizzle Postgres database. */
+export interface DrizzleDatabaseLike<Tx extends DrizzleTransactionLike> {
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** The driver client Drizzle was made with (Drizzle ≥ 0.36). */
+  readonly $client?: unknown;
+}
+
+/** Options of {@link drizzleExecutor}. */
+export interface DrizzleExecutorOptions {
+  /** Name reported in errors; default `'drizzle'`. */
+  readonly name?: string;
+  /** Declare a transaction-pooling proxy: session scope is refused before any SQL. */
+  readonly transactionPooler?: boolean;
+}
+
+/** The session handle: the driver's own pinned connection (a pg PoolClient, a reserved postgres.js `sql`). */
+export type DrizzleSession = PgPoolClientLike | PostgresReservedLike;
+
+/**
+ * Core's `$1 … $n` statement as Drizzle SQL: the text between placeholders raw, each placeholder a
+ * bound parameter. Core's texts contain no `$n` inside string literals.
+ */
+export function toDrizzleSql(text: string, params: readonly unknown[] = []): SQL {
+  const parts = text.split(/\$(\d+)/);
+  const chunks: SQL[] = [];
+  for (let i = 0; i < parts.length; i++) {
+    if (i % 2 === 0) {
+      if (parts[i]) chunks.push(sql.raw(parts[i] as string));
+    } else {
+      chunks.push(sql`${params[Number(parts[i]) - 1]}`);
+    }
+  }
+  return sql.join(chunks);
+}
+
+/** Rows from any Drizzle driver's `execute` result: an array (postgres.js) or `{ rows }`. */
+function rowsOf(result: unknown): Row[] {
+  if (Array.isArray(result)) return result as Row[];
+  const rows = (result as { rows?: unknown } | null)?.rows;
+  return Array.isArray(rows) ? (rows as Row[]) : [];
+}
+
+/** A pg-style client whose 'error'/'end' events tell that the connection died. */
+interface EventfulClient {
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  removeListener(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+
+function isEventful(value: unknown): value is EventfulClient {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as EventfulClient).on === 'function' &&
+    typeof (value as EventfulClient).removeListener === 'function'
+  );
+}
+
+function isConnectionError(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && /^(CONNECTION_|57P0[123]$|08|E[A-Z]+$)/.test(code)) return true;
+  return (
+    typeof message === 'string' &&
+    /Connection terminated|not queryable|connection error/i.test(message)
+  );
+}
+
+function kindOf(client: unknown): 'pg-pool' | 'pg-client' | 'postgres-js' | 'other' {
+  if (
+    typeof client === 'function' &&
+    typeof (client as { reserve?: unknown }).reserve === 'function'
+  ) {
+    return 'postgres-js';
+  }
+  if (typeof client === 'object' && client !== null) {
+    const c = client as { connect?: unknown; totalCount?: unknown; release?: unknown };
+    if (typeof c.connect === 'function' && typeof c.totalCount === 'number') return 'pg-pool';
+    if (typeof c.connect === 'function' && c.release === undefined) return 'pg-client';
+  }
+  return 'other';
+}
+
+/**
+ * A {@link LockExecutor} over a Drizzle Postgres database (`drizzle-orm/node-postgres`,
+ * `drizzle-orm/postgres-js`, or any other Postgres driver Drizzle supports).
+ *
+ * Capabilities: transaction (always); session where the driver under Drizzle can pin a connection
+ * (a node-postgres pool, postgres.js). Tasks receive Drizzle's `tx`; nested `tx.transaction()`
+ * calls are savepoints.
+ *
+ * @example
+ * ```ts
+ * import { drizzle } from 'drizzle-orm/node-postgres';
+ * import { createLockClient } from '@lockkit/core';
+ * import { drizzleExecutor } from '@lockkit/drizzle';
+ * const locks = createLockClient(drizzleExecutor(drizzle(process.env.DATABASE_URL!)));
+ * ```
+ */
+export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
+  db: DrizzleDatabaseLike<Tx>,
+  options: DrizzleExecutorOptions = {},
+): LockExecutor<Tx, DrizzleSession> {
+  const name = options.name ?? 'drizzle';
+  const transactionPooler = options.transactionPooler === true;
+  const kind = kindOf(db.$client);
+  // One pg.Client under Drizzle: operations must take turns on it.
+  let tail: Promise<void> = Promise.resolve();
+  const turn = async <T>(fn: () => Promise<T>): Promise<T> => {
+    if (kind !== 'pg-client') return fn();
+    const previous = tail;
+    let done!: () => void;
+    tail = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      done();
+    }
+  };
+
+  const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> =>
+    turn(async () => {
+      const controller = new AbortController();
+      const { signal } = controller;
+      let running: Promise<T> | undefined;
+      try {
+        return await db.transaction(async (tx) => {
+          // node-postgres: the transaction's PoolClient; watch it (and keep a backend death from
+          // being an unhandled 'error' event while Drizzle has it checked out).
+          const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
+          const onError = (error: unknown) => controller.abort(error);
+          const onEnd = () => controller.abort(new Error('Connection ended'));
+          const watched = kind !== 'postgres-js' && isEventful(client) ? client : undefined;
+          watched?.on('error', onError);
+          watched?.on('end', onEnd);
+          const query: QueryFn = async (text, params) => {
+            if (signal.aborted) throw signal.reason;
+            try {
+              return rowsOf(await tx.execute(toDrizzleSql(text, params)));
+            } catch (error) {
+              if (isConnectionError(error)) controller.abort(error);
+              throw error;
+            }
+          };
+          let outcome: { ok: true; value: T } | { ok: false; error: unknown };
+          try {
+            running = fn({ query, tx, signal });
+            outcome = { ok: true, value: await running };
+          } catch (error) {
+            outcome = { ok: false, error };
+          } finally {
+            watched?.removeListener('error', onError);
+            watched?.removeListener('end', onEnd);
+          }
+          if (signal.aborted && kind === 'postgres-js') {
+            // postgres.js has already rejected this transaction; settling the callback now would
+            // make it send COMMIT or ROLLBACK on the closed connection, which crashes the process.
+            await new Promise<never>(() => {});
+          }
+          if (!outcome.ok) throw outcome.error;
+          return outcome.value;
+        });
+      } catch (error) {
+        // postgres.js rejects its transaction as soon as the connection closes, while the task
+        // may still be running: tell the task, and let it finish before reporting.
+        if (isConnectionError(error)) controller.abort(error);
+        if (running) await running.catch(() => {});
+        throw error;
+      }
+    });
+
+  const base: LockExecutor<Tx, DrizzleSession> = { name, transactionPooler, transaction };
+  const client = db.$client;
+  let session: LockExecutor<Tx, DrizzleSession>['session'];
+  if (kind === 'pg-pool') {
+    const inner = pgExecutor(client as PgPoolLike, { name });
+    session = <T>(fn: (ctx: SessionContext<DrizzleSession>) => Promise<T>) =>
+      (inner.session as NonNullable<typeof inner.session>)(
+        fn as (ctx: SessionContext<PgPoolClientLike>) => Promise<T>,
+      );
+  } else if (kind === 'postgres-js') {
+    const inner = postgresExecutor(client as PostgresSqlLike, { name });
+    session = <T>(fn: (ctx: SessionContext<DrizzleSession>) => Promise<T>) =>
+      (inner.session as NonNullable<typeof inner.session>)(
+        fn as (ctx: SessionContext<PostgresReservedLike>) => Promise<T>,
+      );
+  }
+  return Object.freeze(session ? { ...base, session } : base);
+}

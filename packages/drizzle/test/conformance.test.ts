@@ -1,0 +1,28 @@
+import { fileURLToPath } from 'node:url';
+import { runConformance } from '@lockkit/conformance';
+import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { sql } from 'drizzle-orm';
+import { nodePostgresInstance, postgresJsInstance } from './instances.js';
+
+const worker = (name: string) => fileURLToPath(new URL(`./worker-${name}.mjs`, import.meta.url));
+
+runConformance({
+  name: 'drizzle on node-postgres',
+  databaseUrl: testDatabaseUrl,
+  pgbouncer: testPgBouncer,
+  createInstance: ({ url, poolSize, transactionPooler }) =>
+    nodePostgresInstance(url, poolSize, transactionPooler),
+  nativeQuery: (tx, text) => tx.execute(sql.raw(text)),
+  workerModule: worker('node-postgres'),
+});
+
+runConformance({
+  name: 'drizzle on postgres.js',
+  databaseUrl: testDatabaseUrl,
+  pgbouncer: testPgBouncer,
+  // Through PgBouncer the instance uses prepare: false, as postgres.js needs there.
+  createInstance: ({ url, poolSize, transactionPooler }) =>
+    postgresJsInstance(url, poolSize, transactionPooler),
+  nativeQuery: (tx, text) => tx.execute(sql.raw(text)),
+  workerModule: worker('postgres-js'),
+});

@@ -1,0 +1,30 @@
+/**
+ * Drizzle databases for the tests, one per driver, as a user would make them.
+ */
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
+import pg from 'pg';
+import postgres from 'postgres';
+import { drizzleExecutor } from '../src/index.js';
+
+export function nodePostgresInstance(url: string, poolSize: number, transactionPooler = false) {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  pool.on('error', () => {});
+  const db = drizzlePg(pool);
+  return {
+    db,
+    executor: drizzleExecutor(db, { transactionPooler }),
+    checkedOut: () => pool.totalCount - pool.idleCount,
+    close: () => pool.end(),
+  };
+}
+
+export function postgresJsInstance(url: string, poolSize: number, transactionPooler = false) {
+  const sql = postgres(url, { max: poolSize, prepare: !transactionPooler, onnotice: () => {} });
+  const db = drizzlePostgres(sql);
+  return {
+    db,
+    executor: drizzleExecutor(db, { transactionPooler }),
+    close: () => sql.end({ timeout: 5 }),
+  };
+}
