@@ -1,3 +1,5 @@
 import { lockkitBuild } from '@lockkit/build-config';
-// The worker process of the leases group is a second, runnable entry.
-export default lockkitBuild({ entry: ['src/index.ts', 'src/lease-worker.ts'] });
+// The worker processes of the leases and scheduler groups are further, runnable entries.
+export default lockkitBuild({
+  entry: ['src/index.ts', 'src/lease-worker.ts', 'src/scheduler-worker.ts'],
+});

@@ -23,6 +23,7 @@ import { leaseCases } from './cases/leases.js';
 import { pipeliningCases } from './cases/pipelining.js';
 import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
+import { schedulerCases } from './cases/scheduler.js';
 import { sessionCases } from './cases/session.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
@@ -41,12 +42,20 @@ export {
 export { type RoundTripProxy, startRoundTripProxy } from './proxy.js';
 
 /** The capability groups of the suite. */
-export type ConformanceGroup = 'transaction' | 'session' | 'pipelining' | 'robustness' | 'leases';
+export type ConformanceGroup =
+  | 'transaction'
+  | 'session'
+  | 'pipelining'
+  | 'robustness'
+  | 'leases'
+  | 'scheduler';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
   /** Run only these groups (e.g. through a transaction pooler, where session scope is unsafe). */
   readonly groups?: readonly ConformanceGroup[];
+  /** How long the scheduler's worker-process case runs, in seconds (default 12). */
+  readonly schedulerSeconds?: number;
 }
 
 /**
@@ -61,7 +70,7 @@ export function runConformance<Tx, Session>(
   options: RunConformanceOptions = {},
 ): void {
   const groups = new Set(
-    options.groups ?? ['transaction', 'session', 'pipelining', 'robustness', 'leases'],
+    options.groups ?? ['transaction', 'session', 'pipelining', 'robustness', 'leases', 'scheduler'],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
   const probe = adapter.createInstance({ url: adapter.databaseUrl(), poolSize: 1 });
@@ -97,6 +106,7 @@ export function runConformance<Tx, Session>(
     );
     group('robustness', undefined, robustnessCases);
     group('leases', undefined, leaseCases);
+    group('scheduler', undefined, (a, f) => schedulerCases(a, f, options.schedulerSeconds));
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
@@ -116,6 +126,7 @@ export function runConformance<Tx, Session>(
         ['pipelining', pipeliningCases],
         ['robustness', robustnessCases],
         ['leases', leaseCases],
+        ['scheduler', schedulerCases],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -157,5 +168,6 @@ function cases<Tx, Session>(
   pipeliningCases(adapter, fixture);
   robustnessCases(adapter, fixture);
   leaseCases(adapter, fixture);
+  schedulerCases(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }

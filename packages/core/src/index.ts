@@ -56,6 +56,21 @@ export {
 } from './lock.js';
 export { DEFAULT_SCHEMA, type MigrationResult, migrate } from './migrate.js';
 export { fromPostgresError, sqlState } from './postgres-errors.js';
+export {
+  type CatchUpPolicy,
+  createScheduler,
+  type JobHandler,
+  type JobOptions,
+  type LeaseRun,
+  type OverlapPolicy,
+  type RunInfo,
+  SCHEDULER_NAMESPACE,
+  Scheduler,
+  type SchedulerEvent,
+  type SchedulerEventType,
+  type SchedulerOptions,
+  type TransactionRun,
+} from './scheduler.js';
 export { quoteIdentifier } from './sql/identifiers.js';
 export {
   BACKEND_PID,

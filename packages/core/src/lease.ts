@@ -12,7 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { LeaseLostError, LockkitError } from './errors.js';
-import type { LockExecutor, QueryFn, Row } from './executor.js';
+import type { LockExecutor, QueryFn } from './executor.js';
 import { LockKey } from './keys.js';
 import {
   claimStatement,
@@ -124,7 +124,8 @@ export interface LeaseOperations<Tx> {
   withFencedWrite<T>(lease: LeaseRef, task: (tx: Tx, query: QueryFn) => Promise<T> | T): Promise<T>;
 }
 
-interface Settings {
+/** Validated lease settings. @internal */
+export interface LeaseSettings {
   readonly ttlMs: number;
   readonly renewEveryMs: number;
   readonly safetyMarginMs: number;
@@ -142,7 +143,8 @@ function integerOption(value: unknown, name: string, min: number, max: number): 
   return value;
 }
 
-function settings(options: LeaseOptions): Settings {
+/** Validates lease options. @internal */
+export function leaseSettings(options: LeaseOptions): LeaseSettings {
   const ttlMs = integerOption(options.ttlMs ?? 30_000, 'ttlMs', 50, 2_147_483_647);
   const safetyMarginMs = integerOption(
     options.safetyMarginMs ?? Math.min(Math.floor(ttlMs / 5), 5000),
@@ -184,7 +186,7 @@ class Heartbeat {
 
   constructor(
     private readonly renew: () => Promise<boolean>,
-    private readonly s: Settings,
+    private readonly s: LeaseSettings,
     private readonly lose: (reason: string) => void,
     claimSentAt: number,
   ) {
@@ -229,6 +231,135 @@ class Heartbeat {
   }
 }
 
+/** A lease this process has just claimed. @internal */
+export interface ClaimedLease extends LeaseRef {
+  readonly tookOver: boolean;
+  /** When the claim was sent, on the monotonic clock: the local deadline counts from here. */
+  readonly claimSentAt: number;
+}
+
+/**
+ * Claims the lease row inside a transaction that holds the job's advisory lock: the claimed
+ * lease, or who holds it. @internal
+ */
+export async function claimLease(
+  query: QueryFn,
+  schema: string,
+  namespace: string,
+  jobKey: string,
+  s: LeaseSettings,
+): Promise<ClaimedLease | { holder: LeaseHolder | undefined }> {
+  const claimSentAt = performance.now();
+  const claim = claimStatement(schema, namespace, jobKey, s.owner, s.ttlMs);
+  const [row] = await query(claim.text, claim.params);
+  if (row) {
+    return {
+      namespace,
+      jobKey,
+      token: BigInt(row.token as string),
+      tookOver: row.took_over === true,
+      claimSentAt,
+    };
+  }
+  const read = readLeaseStatement(schema, namespace, jobKey);
+  const [holder] = await query(read.text, read.params);
+  return {
+    holder: holder
+      ? {
+          owner: (holder.owner as string | null) ?? null,
+          token: BigInt(holder.token as string),
+          expiresAt: new Date(holder.expires_at as string),
+        }
+      : undefined,
+  };
+}
+
+/**
+ * Runs `task` holding a claimed lease: heartbeat, signal on loss, then records the end under the
+ * token, together with `alsoRecord`'s statements in the same transaction. Resolves with the
+ * task's result; rejects with the task's error (recorded FAILED) or {@link LeaseLostError}. @internal
+ */
+export async function holdLease<Tx, T>(
+  executor: LockExecutor<Tx, unknown>,
+  schema: string,
+  lease: ClaimedLease,
+  s: LeaseSettings,
+  task: (context: LeaseContext<Tx>) => Promise<T> | T,
+  options: {
+    readonly signal?: AbortSignal;
+    readonly fenced: LeaseContext<Tx>['fenced'];
+    readonly alsoRecord?: (
+      outcome: { failed: false } | { failed: true; error: string },
+    ) => Statement[];
+    readonly onLost?: (error: LeaseLostError) => void;
+  },
+): Promise<T> {
+  const { namespace, jobKey, token } = lease;
+  const lost = new AbortController();
+  const lose = (reason: string) => {
+    if (!lost.signal.aborted) {
+      const error = new LeaseLostError(
+        `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
+        token,
+      );
+      lost.abort(error);
+      options.onLost?.(error);
+    }
+  };
+  const renew = renewStatement(schema, namespace, jobKey, token, s.ttlMs);
+  const heartbeat = new Heartbeat(
+    async () =>
+      (await executor.transaction(({ query }) => query(renew.text, renew.params))).length > 0,
+    s,
+    lose,
+    lease.claimSentAt,
+  );
+  const signal = options.signal ? AbortSignal.any([lost.signal, options.signal]) : lost.signal;
+  const context: LeaseContext<Tx> = {
+    namespace,
+    jobKey,
+    token,
+    owner: s.owner,
+    tookOver: lease.tookOver,
+    signal,
+    fenced: options.fenced,
+  };
+  let outcome: { ok: true; result: T } | { ok: false; error: unknown };
+  try {
+    outcome = { ok: true, result: await task(context) };
+  } catch (error) {
+    outcome = { ok: false, error };
+  } finally {
+    heartbeat.stop();
+  }
+  const record = outcome.ok
+    ? { failed: false as const }
+    : { failed: true as const, error: describeError(outcome.error) };
+  const finish = finishStatement(schema, namespace, jobKey, token, record);
+  const recorded =
+    !lost.signal.aborted &&
+    (await executor.transaction(async ({ query }) => {
+      // The lease's own record first: when it is refused, nothing else is written either.
+      if ((await query(finish.text, finish.params)).length === 0) return false;
+      for (const statement of options.alsoRecord?.(record) ?? []) {
+        await query(statement.text, statement.params);
+      }
+      return true;
+    }));
+  if (!recorded) {
+    const reason = lost.signal.reason instanceof LeaseLostError ? lost.signal.reason.message : '';
+    const error = new LeaseLostError(
+      `lease ${namespace}/${jobKey} (token ${token}) was lost before the run ended; its ${outcome.ok ? 'completion' : 'failure'} was not recorded. ${reason}`.trim(),
+      token,
+      outcome.ok ? {} : { cause: outcome.error },
+    );
+    if (!lost.signal.aborted) options.onLost?.(error);
+    throw error;
+  }
+  if (!outcome.ok) throw outcome.error;
+  return outcome.result;
+}
+
 /**
  * The lease operations over an executor. `withTryLock` is the lock client's transaction-scoped
  * try-lock, which the claim runs under; `schema` is the quoted schema name.
@@ -241,9 +372,6 @@ export function leaseOperations<Tx>(
   ) => Promise<{ executed: false } | { executed: true; result: T }>,
   schema: string,
 ): LeaseOperations<Tx> {
-  const run = async (statement: Statement): Promise<Row[]> =>
-    executor.transaction(({ query }) => query(statement.text, statement.params));
-
   async function withFencedWrite<T>(
     lease: LeaseRef,
     task: (tx: Tx, query: QueryFn) => Promise<T> | T,
@@ -270,91 +398,19 @@ export function leaseOperations<Tx>(
     const key = LockKey.fromNames(namespace, jobKey);
     if (typeof task !== 'function')
       throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
-    const s = settings(options);
+    const s = leaseSettings(options);
     options.signal?.throwIfAborted();
-
-    const claimSentAt = performance.now();
-    const claim = claimStatement(schema, namespace, jobKey, s.owner, s.ttlMs);
-    const claimed = await withTryLock(key, async (query) => {
-      const [row] = await query(claim.text, claim.params);
-      if (row) return { row };
-      const read = readLeaseStatement(schema, namespace, jobKey);
-      return { holder: (await query(read.text, read.params))[0] };
+    const claimed = await withTryLock(key, (query) =>
+      claimLease(query, schema, namespace, jobKey, s),
+    );
+    if (!claimed.executed) return { executed: false, holder: undefined };
+    if ('holder' in claimed.result) return { executed: false, holder: claimed.result.holder };
+    const lease = claimed.result;
+    const result = await holdLease(executor, schema, lease, s, task, {
+      ...(options.signal !== undefined && { signal: options.signal }),
+      fenced: (fencedTask) => withFencedWrite(lease, fencedTask),
     });
-    if (!claimed.executed || !claimed.result.row) {
-      // Someone else is claiming right now, or holds a valid lease.
-      const holder = claimed.executed ? claimed.result.holder : undefined;
-      return {
-        executed: false,
-        holder: holder
-          ? {
-              owner: (holder.owner as string | null) ?? null,
-              token: BigInt(holder.token as string),
-              expiresAt: new Date(holder.expires_at as string),
-            }
-          : undefined,
-      };
-    }
-    const row = claimed.result.row;
-    const token = BigInt(row.token as string);
-
-    const lost = new AbortController();
-    const lose = (reason: string) => {
-      if (!lost.signal.aborted) {
-        lost.abort(
-          new LeaseLostError(
-            `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
-            token,
-          ),
-        );
-      }
-    };
-    const renew = renewStatement(schema, namespace, jobKey, token, s.ttlMs);
-    const heartbeat = new Heartbeat(
-      async () => (await run(renew)).length > 0,
-      s,
-      lose,
-      claimSentAt,
-    );
-    const signal = options.signal ? AbortSignal.any([lost.signal, options.signal]) : lost.signal;
-    const ref: LeaseRef = { namespace, jobKey, token };
-    const context: LeaseContext<Tx> = {
-      namespace,
-      jobKey,
-      token,
-      owner: s.owner,
-      tookOver: row.took_over === true,
-      signal,
-      fenced: (fencedTask) => withFencedWrite(ref, fencedTask),
-    };
-
-    let outcome: { ok: true; result: T } | { ok: false; error: unknown };
-    try {
-      outcome = { ok: true, result: await task(context) };
-    } catch (error) {
-      outcome = { ok: false, error };
-    } finally {
-      heartbeat.stop();
-    }
-
-    const finish = finishStatement(
-      schema,
-      namespace,
-      jobKey,
-      token,
-      outcome.ok ? { failed: false } : { failed: true, error: describeError(outcome.error) },
-    );
-    const recorded = lost.signal.aborted ? false : (await run(finish)).length > 0;
-    if (!recorded) {
-      const reason = lost.signal.reason instanceof LeaseLostError ? lost.signal.reason.message : '';
-      throw new LeaseLostError(
-        `lease ${namespace}/${jobKey} (token ${token}) was lost before the run ended; its ${outcome.ok ? 'completion' : 'failure'} was not recorded. ${reason}`.trim(),
-        token,
-        outcome.ok ? {} : { cause: outcome.error },
-      );
-    }
-    if (!outcome.ok) throw outcome.error;
-    return { executed: true, result: outcome.result, token };
+    return { executed: true, result, token: lease.token };
   }
 
   return { runWithLease, withFencedWrite };

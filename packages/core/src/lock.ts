@@ -107,6 +107,9 @@ export interface LockClient<Tx, Session> extends LeaseOperations<Tx> {
   /** The executor every operation runs on. */
   readonly executor: LockExecutor<Tx, Session>;
 
+  /** The schema of lockkit's tables (leases, scheduler ledger). */
+  readonly schema: string;
+
   /**
    * Creates or upgrades lockkit's tables (leases) in the client's schema; safe to call from every
    * instance at start-up. See {@link migrate}.
@@ -608,6 +611,7 @@ export function createLockClient<Tx, Session>(
 
   return Object.freeze({
     executor,
+    schema: schemaName,
     withLock,
     withSessionLock,
     ...leases,

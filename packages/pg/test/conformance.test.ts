@@ -4,21 +4,25 @@ import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import pg from 'pg';
 import { pgExecutor } from '../src/index.js';
 
-runConformance({
-  name: 'pg (Pool)',
-  databaseUrl: testDatabaseUrl,
-  pgbouncer: testPgBouncer,
-  createInstance: ({ url, poolSize, transactionPooler }) => {
-    const pool = new pg.Pool({ connectionString: url, max: poolSize });
-    // An idle pooled connection can be cut (a terminated backend, a closed proxy); the pool
-    // discards it and reports it here.
-    pool.on('error', () => {});
-    return {
-      executor: pgExecutor(pool, { transactionPooler: transactionPooler ?? false }),
-      checkedOut: () => pool.totalCount - pool.idleCount,
-      close: () => pool.end(),
-    };
+// The scheduler's worker-process case runs long enough here for ≥ 30 judged ticks per job.
+runConformance(
+  {
+    name: 'pg (Pool)',
+    databaseUrl: testDatabaseUrl,
+    pgbouncer: testPgBouncer,
+    createInstance: ({ url, poolSize, transactionPooler }) => {
+      const pool = new pg.Pool({ connectionString: url, max: poolSize });
+      // An idle pooled connection can be cut (a terminated backend, a closed proxy); the pool
+      // discards it and reports it here.
+      pool.on('error', () => {});
+      return {
+        executor: pgExecutor(pool, { transactionPooler: transactionPooler ?? false }),
+        checkedOut: () => pool.totalCount - pool.idleCount,
+        close: () => pool.end(),
+      };
+    },
+    nativeQuery: (client, text) => client.query(text),
+    workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
   },
-  nativeQuery: (client, text) => client.query(text),
-  workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
-});
+  { schedulerSeconds: 36 },
+);

@@ -35,6 +35,27 @@ export const MIGRATIONS: readonly Migration[] = [
          'lockkit leases: one row per job; token is the fencing token, bumped on every claim'`,
     ],
   },
+  {
+    version: 2,
+    description: 'scheduler ledger: one row per job and scheduled tick',
+    statements: [
+      `CREATE TABLE $schema.runs (
+         job          text        NOT NULL,
+         tick         timestamptz NOT NULL,
+         status       text        NOT NULL CHECK (status IN
+                        ('RUNNING', 'SUCCEEDED', 'FAILED', 'SKIPPED_OVERLAP', 'MISSED', 'ABANDONED')),
+         owner        text,
+         attempt      integer     NOT NULL DEFAULT 1,
+         token        bigint,
+         started_at   timestamptz,
+         finished_at  timestamptz,
+         error        text,
+         PRIMARY KEY (job, tick)
+       )`,
+      `COMMENT ON TABLE $schema.runs IS
+         'lockkit scheduler ledger: the primary key (job, tick) makes each scheduled tick run at most once'`,
+    ],
+  },
 ];
 
 /** The latest schema version. */

@@ -1,0 +1,499 @@
+/**
+ * The distributed cron scheduler: each tick exactly once across nodes with skewed clocks,
+ * failures recorded and not re-run, overlap and catch-up policies, graceful stop, and worker
+ * processes — one of them killed mid-run.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import {
+  createLockClient,
+  createScheduler,
+  type LockClient,
+  type SchedulerEvent,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import type { ConformanceAdapter } from '../harness.js';
+import { caseIt, type Fixture } from '../suite.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const secondsAgo = (s: number) => new Date(Math.floor(Date.now() / 1000) * 1000 - s * 1000);
+
+/** Scheduler cases; `workerSeconds` is how long the worker-process case runs. */
+export function schedulerCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+  workerSeconds = 12,
+): void {
+  const test = (
+    id: Parameters<typeof caseIt>[1],
+    title: string,
+    fn: () => Promise<void>,
+    timeout?: number,
+  ) => caseIt(adapter, id, title, fn, timeout);
+
+  /** A fresh schema with lockkit's tables and an executions table, dropped after `fn`. */
+  const withSchema = async (
+    fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
+  ) => {
+    const f = fixture();
+    const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
+    const locks = createLockClient(f.instance.executor, { schema });
+    try {
+      await locks.migrate();
+      await f.observer.query(
+        `CREATE TABLE "${schema}".executions (job text, tick timestamptz, worker text)`,
+      );
+      await fn(schema, locks);
+    } finally {
+      await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  };
+  const ledger = (schema: string, job: string) =>
+    fixture().observer.query<{
+      tick: Date;
+      status: string;
+      attempt: number;
+      error: string | null;
+      token: string | null;
+    }>(
+      `SELECT tick, status, attempt, error, token::text FROM "${schema}".runs WHERE job = $1 ORDER BY tick`,
+      [job],
+    );
+  const executions = (schema: string, job: string) =>
+    fixture().observer.query<{ tick: Date; n: number }>(
+      `SELECT tick, count(*)::int AS n FROM "${schema}".executions WHERE job = $1 GROUP BY tick ORDER BY tick`,
+      [job],
+    );
+
+  test(
+    'scheduler.registration-errors',
+    'bad registrations fail at once with typed errors',
+    async () => {
+      const f = fixture();
+      const scheduler = createScheduler(createLockClient(f.instance.executor));
+      const noop = async () => {};
+      scheduler.register('a', '* * * * * *', noop);
+      const bad: [string, () => unknown][] = [
+        ['duplicate name', () => scheduler.register('a', '* * * * *', noop)],
+        ['invalid cron', () => scheduler.register('b', 'every second please', noop)],
+        [
+          'unknown time zone',
+          () => scheduler.register('c', '* * * * *', noop, { timezone: 'Mars/Olympus' }),
+        ],
+        [
+          'bad mode',
+          () => scheduler.register('d', '* * * * *', noop, { mode: 'sometimes' as 'lease' }),
+        ],
+        ['negative retries', () => scheduler.register('e', '* * * * *', noop, { retries: -1 })],
+        [
+          'bad catch-up',
+          () => scheduler.register('f', '* * * * *', noop, { catchUp: 'all' as 'skip' }),
+        ],
+        ['empty name', () => scheduler.register('', '* * * * *', noop)],
+        ['not a handler', () => scheduler.register('g', '* * * * *', 'go' as never)],
+      ];
+      for (const [label, call] of bad) {
+        expect(call, label).toThrow(
+          expect.objectContaining({
+            name: expect.stringMatching(/Error$/),
+            code: expect.stringMatching(/^(OPTION_INVALID|KEY_EMPTY)$/),
+          }),
+        );
+      }
+      // Two names whose 32-bit job keys collide (found by search): refused, naming both.
+      scheduler.register('job-45873', '* * * * *', noop);
+      expect(() => scheduler.register('job-52859', '* * * * *', noop)).toThrow(
+        /job-52859.*job-45873.*same lock key/,
+      );
+    },
+  );
+
+  test(
+    'scheduler.exactly-once-skewed',
+    'three schedulers with clocks ±800 ms apart run each per-second tick exactly once',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const schedulers = [-800, 0, 800].map((skew, i) => {
+          const s = createScheduler(createLockClient(f.newInstance(4).executor, { schema }), {
+            owner: `node-${i}`,
+            now: () => Date.now() + skew,
+          });
+          s.register('tick', '* * * * * *', async (run) => {
+            if (run.mode !== 'transaction') throw new Error('mode');
+            await run.query(`INSERT INTO "${schema}".executions VALUES ('tick', $1, $2)`, [
+              run.tick.toISOString(),
+              `node-${i}`,
+            ]);
+          });
+          return s;
+        });
+        const from = Date.now();
+        await Promise.all(schedulers.map((s) => s.start()));
+        await sleep(4500);
+        await Promise.all(schedulers.map((s) => s.stop({ timeoutMs: 5000 })));
+        const runs = await executions(schema, 'tick');
+        expect(
+          runs.filter((r) => r.n > 1),
+          'duplicate runs',
+        ).toEqual([]);
+        // Every whole second well inside the window ran once.
+        const due = [];
+        for (let t = Math.ceil(from / 1000) * 1000 + 1000; t <= from + 3000; t += 1000) due.push(t);
+        const ran = new Set(runs.map((r) => new Date(r.tick).getTime()));
+        expect(
+          due.filter((t) => !ran.has(t)),
+          'missed ticks',
+        ).toEqual([]);
+        const rows = await ledger(schema, 'tick');
+        expect(rows.every((r) => r.status === 'SUCCEEDED')).toBe(true);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.failure-recorded',
+    'a failing run is recorded FAILED for its tick with its own work rolled back, and not re-run by a late node; retries get their own attempt',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const calls = new Map<string, number>();
+        const events: SchedulerEvent[] = [];
+        const make = (job: string, skew: number, retries: number) => {
+          const s = createScheduler(createLockClient(f.newInstance(3).executor, { schema }), {
+            now: () => Date.now() + skew,
+          });
+          s.register(
+            job,
+            '* * * * * *',
+            async (run) => {
+              if (run.mode !== 'transaction') throw new Error('mode');
+              const id = `${job} ${run.tick.toISOString()}`;
+              calls.set(id, (calls.get(id) ?? 0) + 1);
+              await run.query(`INSERT INTO "${schema}".executions VALUES ($1, $2, 'x')`, [
+                job,
+                run.tick.toISOString(),
+              ]);
+              if (job === 'always-fails' || run.attempt === 1)
+                throw new Error(`attempt ${run.attempt} fails`);
+            },
+            { retries, retryDelayMs: 100 },
+          );
+          for (const type of ['failed', 'skipped-done'] as const) s.on(type, (e) => events.push(e));
+          return s;
+        };
+        const nodes = [
+          make('always-fails', -600, 0),
+          make('always-fails', 600, 0),
+          make('second-try', -600, 1),
+          make('second-try', 600, 1),
+        ];
+        await Promise.all(nodes.map((s) => s.start()));
+        await sleep(3200);
+        await Promise.all(nodes.map((s) => s.stop()));
+
+        const failing = (await ledger(schema, 'always-fails')).filter(
+          (r) => r.status !== 'RUNNING',
+        );
+        expect(failing.length).toBeGreaterThanOrEqual(2);
+        for (const row of failing)
+          expect(row).toMatchObject({
+            status: 'FAILED',
+            attempt: 1,
+            error: 'Error: attempt 1 fails',
+          });
+        // The job's own write rolled back with the failure; the late node never ran those ticks again.
+        expect(await executions(schema, 'always-fails')).toEqual([]);
+        for (const row of failing)
+          expect(calls.get(`always-fails ${new Date(row.tick).toISOString()}`)).toBe(1);
+        expect(events.some((e) => e.type === 'skipped-done' && e.job === 'always-fails')).toBe(
+          true,
+        );
+
+        const retried = (await ledger(schema, 'second-try')).filter((r) => r.status !== 'RUNNING');
+        expect(retried.length).toBeGreaterThanOrEqual(2);
+        for (const row of retried) {
+          expect(row).toMatchObject({ status: 'SUCCEEDED', attempt: 2 });
+          expect(calls.get(`second-try ${new Date(row.tick).toISOString()}`)).toBe(2);
+        }
+        expect((await executions(schema, 'second-try')).every((r) => r.n === 1)).toBe(true);
+        expect(
+          events.some((e) => e.type === 'failed' && e.job === 'second-try' && e.willRetry),
+        ).toBe(true);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.overlap-skip',
+    'ticks firing while the previous run of the job still runs are skipped and recorded SKIPPED_OVERLAP',
+    () =>
+      withSchema(async (schema, locks) => {
+        const events: SchedulerEvent[] = [];
+        const s = createScheduler(locks);
+        let runs = 0;
+        s.register(
+          'slow',
+          '* * * * * *',
+          async () => {
+            runs++;
+            if (runs === 1) await sleep(2600);
+          },
+          { claimTimeoutMs: 200 },
+        );
+        s.on('skipped-held', (e) => events.push(e));
+        await s.start();
+        await sleep(3400);
+        await s.stop();
+        const rows = await ledger(schema, 'slow');
+        const skipped = rows.filter((r) => r.status === 'SKIPPED_OVERLAP');
+        expect(skipped.length).toBeGreaterThanOrEqual(1);
+        expect(events.length).toBe(skipped.length);
+        expect(rows.filter((r) => r.status === 'SUCCEEDED').length).toBeGreaterThanOrEqual(1);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.catch-up',
+    "ticks nobody ran are found from the ledger's high-water mark: 'skip' records them MISSED, 'latest' runs the newest",
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const past = secondsAgo(10);
+        for (const job of ['lazy', 'eager']) {
+          await f.observer.query(
+            `INSERT INTO "${schema}".runs (job, tick, status, finished_at) VALUES ($1, $2, 'SUCCEEDED', now())`,
+            [job, past.toISOString()],
+          );
+        }
+        const missed: SchedulerEvent[] = [];
+        const ran: Date[] = [];
+        const s = createScheduler(locks, { catchUpGraceMs: 1500 });
+        s.register('lazy', '* * * * * *', async () => {}, { catchUp: 'skip' });
+        s.register(
+          'eager',
+          '* * * * * *',
+          async (run) => {
+            ran.push(run.tick);
+          },
+          { catchUp: 'latest' },
+        );
+        s.on('missed', (e) => missed.push(e));
+        await s.start();
+        await sleep(1500);
+        await s.stop();
+        const lazy = await ledger(schema, 'lazy');
+        const lazyMissed = lazy
+          .filter((r) => r.status === 'MISSED')
+          .map((r) => new Date(r.tick).getTime());
+        // Every second after the high-water mark up to the grace horizon was recorded missed.
+        expect(lazyMissed.length).toBeGreaterThanOrEqual(7);
+        expect(lazyMissed[0]).toBe(past.getTime() + 1000);
+        for (let i = 1; i < lazyMissed.length; i++)
+          expect((lazyMissed[i] as number) - (lazyMissed[i - 1] as number)).toBe(1000);
+        const eager = await ledger(schema, 'eager');
+        const eagerMissed = eager.filter((r) => r.status === 'MISSED');
+        const caughtUp = eager.filter(
+          (r) => r.status === 'SUCCEEDED' && new Date(r.tick).getTime() < Date.now() - 2500,
+        );
+        expect(eagerMissed.length).toBeGreaterThanOrEqual(6);
+        // 'latest' ran exactly one old tick: the newest of the gap.
+        expect(caughtUp.length).toBe(2); // the seeded high-water row and the caught-up tick
+        expect(
+          ran.some((t) => t.getTime() === new Date((caughtUp[1] as { tick: Date }).tick).getTime()),
+        ).toBe(true);
+        expect(missed.map((e) => e.type === 'missed' && e.job).sort()).toContain('lazy');
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-mode',
+    'a lease-mode job runs each tick once, outside any transaction, its ledger row under the fencing token',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const make = (skew: number) => {
+          const s = createScheduler(createLockClient(f.newInstance(3).executor, { schema }), {
+            now: () => Date.now() + skew,
+          });
+          s.register(
+            'long',
+            '*/2 * * * * *',
+            async (run) => {
+              if (run.mode !== 'lease') throw new Error('mode');
+              await run.lease.fenced((_tx, query) =>
+                query(`INSERT INTO "${schema}".executions VALUES ('long', $1, $2)`, [
+                  run.tick.toISOString(),
+                  String(run.lease.token),
+                ]),
+              );
+            },
+            { mode: 'lease', lease: { ttlMs: 3000 } },
+          );
+          return s;
+        };
+        const nodes = [make(-500), make(500)];
+        await Promise.all(nodes.map((s) => s.start()));
+        await sleep(4500);
+        await Promise.all(nodes.map((s) => s.stop()));
+        const runs = await executions(schema, 'long');
+        expect(runs.length).toBeGreaterThanOrEqual(1);
+        expect(runs.every((r) => r.n === 1)).toBe(true);
+        const rows = (await ledger(schema, 'long')).filter((r) => r.status === 'SUCCEEDED');
+        expect(rows.length).toBe(runs.length);
+        expect(rows.every((r) => r.token !== null)).toBe(true);
+        const tokens = rows.map((r) => BigInt(r.token as string));
+        for (let i = 1; i < tokens.length; i++)
+          expect((tokens[i] as bigint) > (tokens[i - 1] as bigint)).toBe(true);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.graceful-stop',
+    'stop() aborts running tasks, waits for them, and a run aborted that way leaves its tick unrecorded',
+    () =>
+      withSchema(async (schema, locks) => {
+        const s = createScheduler(locks);
+        let started = false;
+        let sawAbort = false;
+        s.register(
+          'long-tx',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'transaction') throw new Error('mode');
+            await run.query(`INSERT INTO "${schema}".executions VALUES ('long-tx', $1, 'x')`, [
+              run.tick.toISOString(),
+            ]);
+            started = true;
+            await new Promise<void>((resolve) =>
+              run.signal.addEventListener('abort', () => resolve()),
+            );
+            sawAbort = true;
+            throw run.signal.reason;
+          },
+          { claimTimeoutMs: 100 },
+        );
+        await s.start();
+        while (!started) await sleep(50);
+        const result = await s.stop({ timeoutMs: 5000 });
+        expect(result).toEqual({ stillRunning: 0 });
+        expect(sawAbort).toBe(true);
+        expect(await executions(schema, 'long-tx')).toEqual([]);
+        expect(
+          (await ledger(schema, 'long-tx')).filter((r) => r.status !== 'SKIPPED_OVERLAP'),
+        ).toEqual([]);
+      }),
+    30_000,
+  );
+
+  if (!adapter.workerModule) {
+    test('scheduler.worker-processes', 'SKIPPED: the adapter gave no workerModule', async () => {
+      throw new Error('unreachable');
+    });
+    return;
+  }
+  const workerModule = adapter.workerModule;
+  test(
+    'scheduler.worker-processes',
+    `4 worker processes, clocks skewed up to ±800 ms, 3 per-second jobs for ${workerSeconds} s, one SIGKILLed mid-run: no duplicate, no missed tick`,
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const jobs = ['alpha', 'beta', 'gamma'];
+        const skews = [-800, -250, 300, 800];
+        const workers: ChildProcess[] = skews.map((skewMs, i) =>
+          spawn(
+            process.execPath,
+            [
+              fileURLToPath(new URL('./scheduler-worker.mjs', import.meta.url)),
+              JSON.stringify({
+                module: workerModule,
+                url: f.url,
+                schema,
+                skewMs,
+                jobs,
+                worker: `w${i}`,
+              }),
+            ],
+            { stdio: ['ignore', 'pipe', 'inherit'] },
+          ),
+        );
+        try {
+          await Promise.all(
+            workers.map(
+              (w) =>
+                new Promise<void>((resolve, reject) => {
+                  let out = '';
+                  const timer = setTimeout(
+                    () => reject(new Error(`worker not ready: ${out}`)),
+                    20_000,
+                  );
+                  w.stdout?.on('data', (chunk: Buffer) => {
+                    out += chunk.toString();
+                    if (out.includes('READY')) {
+                      clearTimeout(timer);
+                      resolve();
+                    } else if (out.includes('ERROR')) {
+                      clearTimeout(timer);
+                      reject(new Error(out));
+                    }
+                  });
+                }),
+            ),
+          );
+          // Judge whole seconds that every worker had started before (plus skew).
+          const windowStart = Math.ceil(Date.now() / 1000) * 1000 + 2000;
+          await sleep(workerSeconds * 500);
+          // The worker whose clock runs ahead fires first and claims most ticks: kill it mid-run.
+          const victim = skews.indexOf(Math.max(...skews));
+          workers[victim]?.kill('SIGKILL');
+          await sleep(workerSeconds * 500);
+          const windowEnd = Math.floor(Date.now() / 1000) * 1000 - 2000;
+          for (const w of workers)
+            if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
+          await Promise.all(
+            workers.map((w) =>
+              w.exitCode === null && w.signalCode === null
+                ? new Promise((r) => w.once('exit', r))
+                : null,
+            ),
+          );
+          const due: number[] = [];
+          for (let t = windowStart; t <= windowEnd; t += 1000) due.push(t);
+          expect(due.length).toBeGreaterThanOrEqual(workerSeconds - 6);
+          for (const job of jobs) {
+            const runs = await executions(schema, job);
+            const inWindow = runs.filter((r) => {
+              const t = new Date(r.tick).getTime();
+              return t >= windowStart && t <= windowEnd;
+            });
+            expect(
+              inWindow.filter((r) => r.n > 1),
+              `${job}: duplicate runs`,
+            ).toEqual([]);
+            const ran = new Set(inWindow.map((r) => new Date(r.tick).getTime()));
+            expect(
+              due.filter((t) => !ran.has(t)).map((t) => new Date(t).toISOString()),
+              `${job}: missed ticks`,
+            ).toEqual([]);
+          }
+          // The killed worker had been running ticks, and the others carried on after it died.
+          const owners = await f.observer.query<{ worker: string; n: number }>(
+            `SELECT worker, count(*)::int AS n FROM "${schema}".executions GROUP BY worker`,
+          );
+          expect(owners.find((o) => o.worker === `w${victim}`)?.n ?? 0).toBeGreaterThan(0);
+          expect(
+            owners.filter((o) => o.worker !== `w${victim}`).reduce((n, o) => n + o.n, 0),
+          ).toBeGreaterThan(0);
+        } finally {
+          for (const w of workers)
+            if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
+        }
+      }),
+    workerSeconds * 1000 + 60_000,
+  );
+}
