@@ -190,7 +190,7 @@ export function schedulerCases<Tx, Session>(
           make('second-try', 600, 1),
         ];
         await Promise.all(nodes.map((s) => s.start()));
-        await sleep(3200);
+        await sleep(4200);
         const stoppedAt = Date.now();
         await Promise.all(nodes.map((s) => s.stop()));
         // A tick that failed just before stop() may not have had its retry: judge the earlier ones.
