@@ -16,13 +16,14 @@ import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn, Row } from './executor.js';
 import { LockKey } from './keys.js';
 import {
+  type ClaimedLease,
   claimLease,
   holdLease,
   type LeaseContext,
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import type { LockClient } from './lock.js';
+import type { JobResult, LockClient } from './lock.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
 import { inlinePrepareStatement, type Statement } from './sql/locks.js';
@@ -171,6 +172,17 @@ interface Job<Tx> {
 }
 
 const MAX_CATCH_UP = 1000;
+
+/** What the claim transaction of a lease-mode tick decided. */
+type LeaseClaim =
+  | { readonly kind: 'done' }
+  | { readonly kind: 'held'; readonly catchUp: Date[] }
+  | {
+      readonly kind: 'claimed';
+      readonly lease: ClaimedLease;
+      readonly attempt: number;
+      readonly catchUp: Date[];
+    };
 
 function count(value: unknown, name: string, min: number, fallback: number): number {
   const v = value ?? fallback;
@@ -583,9 +595,9 @@ export class Scheduler<Tx> {
     const settings = leaseSettings(job.lease);
     for (;;) {
       const started = performance.now();
-      let claim;
+      let claim: JobResult<LeaseClaim>;
       try {
-        claim = await this.locks.withLock(
+        claim = await this.locks.withLock<LeaseClaim>(
           job.key,
           async (_tx, ctx) => {
             const found = tickStatement(schema, job.name, tick);
