@@ -9,16 +9,33 @@
  * rounds (default 3).
  */
 import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
+import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
 import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
+
+// The JavaScript flavour of a generated client (prisma/schema.prisma), made by the build.
+const { PrismaClient } = createRequire(import.meta.url)('../generated-js/index.js') as {
+  PrismaClient: new (options: {
+    adapter: PrismaPg;
+  }) => {
+    $transaction<R>(
+      fn: (tx: { $queryRawUnsafe<T>(q: string, ...v: unknown[]): Promise<T> }) => Promise<R>,
+      o?: { timeout?: number; maxWait?: number },
+    ): Promise<R>;
+    $queryRawUnsafe<T>(q: string, ...v: unknown[]): Promise<T>;
+    $disconnect(): Promise<void>;
+  };
+};
 
 const ms = Number(process.env.LOCKKIT_BENCH_MS ?? 1500);
 const rounds = Number(process.env.LOCKKIT_BENCH_ROUNDS ?? 3);
@@ -42,6 +59,10 @@ async function main(): Promise<void> {
       const sql = postgres(url, { max: clients, onnotice: () => {} });
       const pjsLocks = createPostgresLockKit(sql);
       const drizzlePgLocks = createDrizzleLockKit(drizzleNodePostgres(pool));
+      const prismaPool = new pg.Pool({ connectionString: url, max: clients });
+      prismaPool.on('error', () => {});
+      const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
+      const prismaLocks = createPrismaLockKit(prisma);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePostgresJs(sql));
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -120,6 +141,20 @@ async function main(): Promise<void> {
             drizzlePgLocks.runExclusiveJob(namespace, `dpg-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'prisma $transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return prisma.$transaction((tx) =>
+              tx.$queryRawUnsafe('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', k1, k2),
+            );
+          },
+        },
+        {
+          name: '@lockkit/prisma runExclusiveJob, run decision',
+          operation: (client) =>
+            prismaLocks.runExclusiveJob(namespace, `prisma-${runJobs[client]}`, async () => {}),
+        },
+        {
           name: '@lockkit/drizzle (postgres.js) runExclusiveJob, run decision',
           operation: (client) =>
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
@@ -148,6 +183,8 @@ async function main(): Promise<void> {
       await holder.end();
       await pool.end();
       await sql.end({ timeout: 5 });
+      await prisma.$disconnect();
+      await prismaPool.end();
       const results = scenarios.map((s) => ({ name: s.name, m: combine(runs.get(s.name) ?? []) }));
       const opsPerSecond = (m: Measurement) => m.operations / m.seconds;
       const floor = opsPerSecond((results[0] as { m: Measurement }).m);

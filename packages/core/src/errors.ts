@@ -33,6 +33,7 @@ export type LockkitErrorCode =
   | 'LOCK_NOT_HELD'
   | 'UNSAFE_BEHIND_POOLER'
   | 'LEASE_LOST'
+  | 'TRANSACTION_EXPIRED'
   | 'ABORTED';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
@@ -216,6 +217,23 @@ export class LeaseLostError extends LockkitError {
     super('LEASE_LOST', message, options);
     this.name = 'LeaseLostError';
     this.token = token;
+  }
+}
+
+/**
+ * The client library ended the lock's transaction because it ran past the library's own time
+ * limit (Prisma's interactive-transaction `timeout`, or its `maxWait` for a connection). The
+ * transaction was rolled back and its lock released; `option` names the setting to raise.
+ */
+export class TransactionExpiredError extends LockkitError {
+  declare readonly code: 'TRANSACTION_EXPIRED';
+  /** The adapter option that bounded the transaction. */
+  readonly option: string;
+
+  constructor(message: string, option: string, options: LockkitErrorOptions = {}) {
+    super('TRANSACTION_EXPIRED', message, options);
+    this.name = 'TransactionExpiredError';
+    this.option = option;
   }
 }
 

@@ -11,6 +11,7 @@ export {
   LockNotHeldError,
   LockTableFullError,
   LockTimeoutError,
+  TransactionExpiredError,
   UnsafeBehindPoolerError,
   UnsupportedCapabilityError,
 } from './errors.js';

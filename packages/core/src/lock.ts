@@ -7,6 +7,7 @@ import {
   ConnectionLostError,
   LockkitError,
   LockNotHeldError,
+  TransactionExpiredError,
   UnsafeBehindPoolerError,
 } from './errors.js';
 import {
@@ -325,7 +326,8 @@ function classify(
   const original = error instanceof TaskFailure ? error.error : error;
   if (connection?.aborted) {
     const mapped = fromPostgresError(connection.reason, what);
-    if (mapped instanceof ConnectionLostError) return mapped;
+    if (mapped instanceof ConnectionLostError || mapped instanceof TransactionExpiredError)
+      return mapped;
     return new ConnectionLostError(
       `${what}: the connection holding the lock was lost; Postgres has released the lock.`,
       { cause: original === undefined ? connection.reason : original },

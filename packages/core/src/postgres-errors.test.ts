@@ -47,5 +47,9 @@ describe('fromPostgresError', () => {
     expect(sqlState({ meta: { code: '55P03' } })).toBe('55P03');
     expect(sqlState({ code: 'ECONNRESET' })).toBeUndefined();
     expect(sqlState({ code: 'P2028' })).toBeUndefined();
+    // Prisma's driver-adapter errors: the SQLSTATE sits two levels down.
+    expect(
+      sqlState({ code: 'P2010', meta: { driverAdapterError: { cause: { code: '57014' } } } }),
+    ).toBe('57014');
   });
 });

@@ -16,18 +16,23 @@ import {
 const isSqlState = (code: unknown): code is string =>
   typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^P[1-9]/.test(code);
 
-/** SQLSTATE of a driver error, looked up on the error and its `cause` chain. */
+/**
+ * SQLSTATE of a driver error, looked up on the error and what it wraps: `cause` chains, Prisma's
+ * `meta.code` and `meta.driverAdapterError`.
+ */
 export function sqlState(error: unknown): string | undefined {
-  let current: unknown = error;
-  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
+  const queue: unknown[] = [error];
+  for (let seen = 0; queue.length > 0 && seen < 8; seen++) {
+    const current = queue.shift();
+    if (typeof current !== 'object' || current === null) continue;
     const { code, meta, cause } = current as {
       code?: unknown;
-      meta?: { code?: unknown };
+      meta?: { code?: unknown; driverAdapterError?: unknown };
       cause?: unknown;
     };
     if (isSqlState(code)) return code;
     if (isSqlState(meta?.code)) return meta.code;
-    current = cause;
+    queue.push(cause, meta?.driverAdapterError);
   }
   return undefined;
 }

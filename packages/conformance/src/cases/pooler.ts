@@ -2,9 +2,9 @@
  * Behind a transaction-pooling PgBouncer: the hazard is real, and lockkit refuses session scope
  * there — when the user declares the pooler, and when it detects one on its own.
  */
-import { createLockClient, UnsafeBehindPoolerError } from '@lockkit/core';
+import { createLockClient, hasCapability, UnsafeBehindPoolerError } from '@lockkit/core';
 import pg from 'pg';
-import { expect } from 'vitest';
+import { expect, it } from 'vitest';
 import { type ConformanceAdapter, randomKey, rejection } from '../harness.js';
 import { caseIt, type Fixture } from '../suite.js';
 
@@ -45,6 +45,20 @@ export function poolerCases<Tx, Session>(
       expect(await f.observer.locksOn(key)).toEqual([]);
     },
   );
+
+  // Without a session capability there is no session scope to refuse: the refusal cases are moot.
+  const probe = adapter.createInstance({ url: bouncer.url || 'postgres://unused', poolSize: 1 });
+  const hasSession = hasCapability(probe.executor, 'session');
+  void probe.close();
+  if (!hasSession) {
+    for (const id of [
+      'pooler.session-refused-when-declared',
+      'pooler.session-refused-when-detected',
+    ]) {
+      it.skip(`${id}: skipped — the ${adapter.name} executor has no session capability to refuse`, () => {});
+    }
+    return;
+  }
 
   caseIt(
     adapter,

@@ -1,0 +1,163 @@
+/**
+ * The Prisma executor: every lock in an interactive transaction (`$transaction(async (tx) => …)`),
+ * lockkit's statements through `tx.$queryRawUnsafe` with positional parameters. Prisma can pin no
+ * connection, so there is no session capability.
+ */
+import {
+  BACKEND_PID,
+  type LockExecutor,
+  type Row,
+  sqlState,
+  TransactionExpiredError,
+} from '@lockkit/core';
+import { BackendWatch } from './liveness.js';
+
+/** Prisma's interactive-transaction limits. */
+export interface PrismaTransactionOptions {
+  /** Longest the transaction may run, in ms (Prisma's default 5000). On expiry Prisma rolls it back. */
+  readonly timeout?: number;
+  /** Longest to wait for a connection to start it, in ms (Prisma's default 2000). */
+  readonly maxWait?: number;
+}
+
+/** What lockkit needs of Prisma's transaction client (`tx`). */
+export interface PrismaTransactionClientLike {
+  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T>;
+}
+
+/** What lockkit needs of a `PrismaClient` — declared here, so no generated type is imported. */
+export interface PrismaClientLike<Tx extends PrismaTransactionClientLike> {
+  $transaction<R>(fn: (tx: Tx) => Promise<R>, options?: PrismaTransactionOptions): Promise<R>;
+  $queryRawUnsafe<T = unknown>(query: string, ...values: unknown[]): Promise<T>;
+}
+
+/** Options of {@link prismaExecutor}. */
+export interface PrismaExecutorOptions extends PrismaTransactionOptions {
+  /** Name reported in errors; default `'prisma'`. */
+  readonly name?: string;
+  /** Declare a transaction-pooling proxy (informational: Prisma has no session scope anyway). */
+  readonly transactionPooler?: boolean;
+  /**
+   * How often, while tasks run, lockkit asks the server whether their connections still live (Prisma
+   * reports no connection events). Default 1000 ms.
+   */
+  readonly livenessCheckMs?: number;
+}
+
+/** Prisma's own codes for a lost server, and the SQLSTATEs of a terminated or broken connection. */
+const CONNECTION_CODES = /^(57P0[123]|08\w{3}|P1001|P1017|E[A-Z]+)$/;
+const isConnectionError = (error: unknown) =>
+  CONNECTION_CODES.test(sqlState(error) ?? '') || CONNECTION_CODES.test(codeOf(error) ?? '');
+
+function codeOf(error: unknown): string | undefined {
+  const e = error as {
+    code?: unknown;
+    cause?: { code?: unknown };
+    meta?: { code?: unknown };
+  } | null;
+  for (const candidate of [e?.code, e?.meta?.code, e?.cause?.code]) {
+    if (typeof candidate === 'string') return candidate;
+  }
+  return undefined;
+}
+
+/** Prisma's "this transaction is over" failures: P2028, and its messages for an expired or closed one. */
+function expiry(
+  error: unknown,
+  options: Required<PrismaTransactionOptions>,
+): TransactionExpiredError | undefined {
+  const message = error instanceof Error ? error.message : String(error);
+  const isP2028 = codeOf(error) === 'P2028';
+  if (!isP2028 && !/Transaction (already closed|not found|API error)|expired/i.test(message))
+    return undefined;
+  if (/Unable to start a transaction|maxWait/i.test(message)) {
+    return new TransactionExpiredError(
+      `Prisma could not start the lock's transaction within maxWait (${options.maxWait} ms): no connection was free. Raise the maxWait option (or the pool size).`,
+      'maxWait',
+      { cause: error },
+    );
+  }
+  return new TransactionExpiredError(
+    `Prisma closed the lock's interactive transaction after its timeout (${options.timeout} ms); it was rolled back and the lock released. Raise the timeout option, or use a lease for long jobs.`,
+    'timeout',
+    { cause: error },
+  );
+}
+
+/**
+ * A {@link LockExecutor} over a `PrismaClient` (Prisma ≥ 6.16, e.g. the Rust-free client with
+ * `@prisma/adapter-pg`). Capability: transaction scope only. Tasks receive Prisma's `tx`, so their
+ * writes join the lock's transaction.
+ *
+ * @example
+ * ```ts
+ * import { PrismaPg } from '@prisma/adapter-pg';
+ * import { PrismaClient } from './generated/prisma/client';
+ * import { createLockClient } from '@lockkit/core';
+ * import { prismaExecutor } from '@lockkit/prisma';
+ * const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: process.env.DATABASE_URL }) });
+ * const locks = createLockClient(prismaExecutor(prisma, { timeout: 15_000 }));
+ * ```
+ */
+export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
+  prisma: PrismaClientLike<Tx>,
+  options: PrismaExecutorOptions = {},
+): LockExecutor<Tx, never> {
+  const limits = { timeout: options.timeout ?? 5000, maxWait: options.maxWait ?? 2000 };
+  const watch = new BackendWatch(
+    (text, params) => prisma.$queryRawUnsafe(text, ...params),
+    options.livenessCheckMs ?? 1000,
+  );
+  const executor: LockExecutor<Tx, never> = {
+    name: options.name ?? 'prisma',
+    transactionPooler: options.transactionPooler === true,
+    async transaction(fn) {
+      const controller = new AbortController();
+      const { signal } = controller;
+      let running: Promise<unknown> | undefined;
+      let unwatch: (() => void) | undefined;
+      let expiryTimer: NodeJS.Timeout | undefined;
+      try {
+        return await prisma.$transaction(async (tx) => {
+          // Prisma rolls the transaction back when its timeout passes, whatever the callback does:
+          // the lock is gone then, so the task must hear of it. Counted from here, after Prisma's
+          // own clock started, so it never fires before Prisma has really expired it.
+          expiryTimer = setTimeout(
+            () =>
+              controller.abort(
+                expiry(Object.assign(new Error('Transaction expired'), { code: 'P2028' }), limits),
+              ),
+            limits.timeout,
+          );
+          expiryTimer.unref();
+          const query = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
+            if (signal.aborted) throw signal.reason;
+            try {
+              return await tx.$queryRawUnsafe<Row[]>(text, ...(params ?? []));
+            } catch (error) {
+              const expired = expiry(error, limits);
+              if (expired) controller.abort(expired);
+              else if (isConnectionError(error)) controller.abort(error);
+              throw expired ?? error;
+            }
+          };
+          const [row] = await query(BACKEND_PID);
+          unwatch = watch.add(Number(row?.pid), controller);
+          running = fn({ query, tx, signal });
+          return (await running) as never;
+        }, limits);
+      } catch (error) {
+        const expired = expiry(error, limits);
+        if (expired && !signal.aborted) controller.abort(expired);
+        if (running) await running.catch(() => {});
+        throw signal.aborted && signal.reason instanceof TransactionExpiredError
+          ? signal.reason
+          : (expired ?? error);
+      } finally {
+        clearTimeout(expiryTimer);
+        unwatch?.();
+      }
+    },
+  };
+  return Object.freeze(executor);
+}
