@@ -1,80 +1,39 @@
 #!/usr/bin/env node
 /**
- * `lockkit`: the command line of lockkit.
- *
- *   lockkit migrate [--url URL] [--schema NAME]   create or upgrade lockkit's tables
- *
- * The database comes from --url, else DATABASE_URL.
+ * `lockkit`: see what is locked, leased and scheduled; create lockkit's tables; check a server.
  */
 import { parseArgs } from 'node:util';
-import { isLockkitError, migrate } from '@lockkit/core';
-import { pgExecutor } from '@lockkit/pg';
+import { isLockkitError, KeyNames } from '@lockkit/core';
 import pg from 'pg';
+import * as commands from './commands.js';
+import { redact } from './table.js';
 
 const USAGE = `Usage: lockkit <command> [options]
 
 Commands:
-  migrate    create or upgrade lockkit's tables (leases) — safe to run from many places at once
+  locks                 advisory locks held or awaited, decoded to names, who blocks whom, lock-table use
+  leases                leases: holders, tokens, expiries, last errors
+  runs                  scheduled jobs: last runs, failures, missed ticks, recent ledger rows
+  key <namespace> <job> the two int4 keys of a job, where it shows in pg_locks, SQL to take it by hand
+  migrate               create or upgrade lockkit's tables (safe from many places at once)
+  doctor                check the server: standby, pooler, timeouts, keepalives, lock table, clock
+  watch                 the locks view, refreshed (--interval ms, default 1000)
 
 Options:
-  --url URL        PostgreSQL connection string (default: $DATABASE_URL)
-  --schema NAME    schema of lockkit's tables (default: lockkit)
-  --json           print the result as JSON
-  -h, --help       show this help
+  --url URL             PostgreSQL connection string (default: $DATABASE_URL)
+  --schema NAME         schema of lockkit's tables (default: lockkit)
+  --name NS/JOB         a name to decode keys with (repeatable); leases and scheduled jobs decode on their own
+  --json                JSON for scripts instead of tables
+  --interval MS         refresh period of watch
+  --verbose             print stack traces on errors
+  -h, --help            show this help
 `;
 
-/** Runs the CLI with `argv` (without node and script); resolves to the exit code. */
-async function main(
-  argv: readonly string[],
-  out = process.stdout,
-  err = process.stderr,
-): Promise<number> {
-  let parsed: ReturnType<typeof parse>;
-  try {
-    parsed = parse(argv);
-  } catch (error) {
-    err.write(`${(error as Error).message}\n\n${USAGE}`);
-    return 2;
-  }
-  const { values, positionals } = parsed;
-  if (values.help || positionals.length === 0) {
-    (values.help ? out : err).write(USAGE);
-    return values.help ? 0 : 2;
-  }
-  const [command] = positionals;
-  if (command !== 'migrate') {
-    err.write(`Unknown command: ${command}\n\n${USAGE}`);
-    return 2;
-  }
-  const url = values.url ?? process.env.DATABASE_URL;
-  if (!url) {
-    err.write('No database: pass --url or set DATABASE_URL.\n');
-    return 2;
-  }
-  const pool = new pg.Pool({ connectionString: url, max: 1, application_name: 'lockkit-cli' });
-  pool.on('error', () => {});
-  try {
-    const result = await migrate(
-      pgExecutor(pool),
-      values.schema === undefined ? {} : { schema: values.schema },
-    );
-    if (values.json) out.write(`${JSON.stringify(result)}\n`);
-    else if (result.applied.length === 0)
-      out.write(`schema "${result.schema}" is up to date (version ${result.to})\n`);
-    else
-      out.write(
-        `schema "${result.schema}": applied ${result.applied.join(', ')} (version ${result.from} → ${result.to})\n`,
-      );
-    return 0;
-  } catch (error) {
-    err.write(
-      `lockkit migrate failed: ${isLockkitError(error) ? `${error.code}: ` : ''}${(error as Error).message}\n`,
-    );
-    return isLockkitError(error) && error.code === 'OPTION_INVALID' ? 2 : 1;
-  } finally {
-    await pool.end();
-  }
-}
+const out = (text: string) => process.stdout.write(`${text}\n`);
+const fail = (text: string, code: number) => {
+  process.stderr.write(`lockkit: ${text}\n`);
+  return code;
+};
 
 function parse(argv: readonly string[]) {
   return parseArgs({
@@ -83,10 +42,116 @@ function parse(argv: readonly string[]) {
     options: {
       url: { type: 'string' },
       schema: { type: 'string' },
+      name: { type: 'string', multiple: true },
       json: { type: 'boolean' },
+      interval: { type: 'string' },
+      iterations: { type: 'string' },
+      verbose: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
+}
+
+/** One clear line for what can go wrong when connecting or querying. */
+function describe(error: unknown, url: string): string {
+  const e = error as { code?: string; message?: string };
+  switch (e.code) {
+    case 'ECONNREFUSED':
+    case 'ENOTFOUND':
+    case 'EHOSTUNREACH':
+    case 'ETIMEDOUT':
+      return `cannot reach the server at ${redact(url)} (${e.code})`;
+    case '3D000':
+      return `the database in ${redact(url)} does not exist`;
+    case '28P01':
+    case '28000':
+      return `the server refused the login for ${redact(url)}: ${e.message}`;
+    default:
+      return isLockkitError(error)
+        ? `${error.code}: ${error.message}`
+        : (e.message ?? String(error));
+  }
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(argv);
+  } catch (error) {
+    return fail(`${(error as Error).message}\n\n${USAGE}`, 2);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) {
+    out(USAGE);
+    return 0;
+  }
+  const [command, ...rest] = positionals;
+  if (!command) return fail(`no command given\n\n${USAGE}`, 2);
+  const known = ['locks', 'leases', 'runs', 'key', 'migrate', 'doctor', 'watch'];
+  if (!known.includes(command)) return fail(`unknown command "${command}" (try lockkit --help)`, 2);
+  const json = values.json === true;
+  try {
+    if (command === 'key') {
+      if (rest.length !== 2) return fail('usage: lockkit key <namespace> <jobKey>', 2);
+      return commands.key(rest[0] as string, rest[1] as string, json, out);
+    }
+    const names = new KeyNames();
+    for (const name of values.name ?? []) {
+      const slash = name.indexOf('/');
+      if (slash <= 0) return fail(`--name takes NAMESPACE/JOB, got "${name}"`, 2);
+      names.add(name.slice(0, slash), name.slice(slash + 1));
+    }
+    const url = values.url ?? process.env.DATABASE_URL;
+    if (!url) return fail('no database: pass --url or set DATABASE_URL', 2);
+    try {
+      new URL(url);
+    } catch {
+      return fail('--url is not a valid URL (postgres://user@host:5432/database)', 2);
+    }
+    const client = new pg.Client({
+      connectionString: url,
+      application_name: 'lockkit-cli',
+      connectionTimeoutMillis: 10_000,
+    });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+    } catch (error) {
+      if (values.verbose) process.stderr.write(`${(error as Error).stack}\n`);
+      return fail(describe(error, url), 1);
+    }
+    try {
+      const ctx = { client, schema: values.schema, json, names, out };
+      switch (command) {
+        case 'locks':
+          return await commands.locks(ctx);
+        case 'leases':
+          return await commands.leases(ctx);
+        case 'runs':
+          return await commands.runs(ctx);
+        case 'migrate':
+          return await commands.runMigrate(ctx);
+        case 'doctor':
+          return await commands.runDoctor(ctx);
+        default: {
+          const interval = Number(values.interval ?? 1000);
+          const iterations = Number(values.iterations ?? 0);
+          if (!Number.isInteger(interval) || interval < 100)
+            return fail('--interval must be an integer ≥ 100', 2);
+          return await commands.watch(ctx, interval, iterations);
+        }
+      }
+    } finally {
+      await client.end().catch(() => {});
+    }
+  } catch (error) {
+    if (values.verbose) process.stderr.write(`${(error as Error).stack}\n`);
+    const code =
+      isLockkitError(error) && (error.code === 'OPTION_INVALID' || error.code.startsWith('KEY_'))
+        ? 2
+        : 1;
+    return fail(describe(error, values.url ?? process.env.DATABASE_URL ?? ''), code);
+  }
 }
 
 main(process.argv.slice(2)).then((code) => {

@@ -48,17 +48,14 @@ describe('lockkit migrate', () => {
     const noUrl = run(['migrate']);
     expect(noUrl.status).toBe(2);
     expect(noUrl.stderr).toContain('DATABASE_URL');
-    const unknown = run(['frobnicate']);
-    expect(unknown.status).toBe(2);
-    expect(unknown.stderr).toContain('Unknown command');
     const help = run(['--help']);
     expect(help.status).toBe(0);
-    expect(help.stdout).toContain('migrate    create or upgrade');
+    expect(help.stdout).toContain('migrate               create or upgrade');
   });
 
   it('reports an unreachable server with exit code 1', () => {
     const down = run(['migrate', '--url', 'postgres://postgres@127.0.0.1:1/none']);
     expect(down.status).toBe(1);
-    expect(down.stderr).toContain('lockkit migrate failed');
+    expect(down.stderr).toContain('cannot reach the server');
   });
 });

@@ -1,3 +1,4 @@
+export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
   ConnectionLostError,
   DeadlockError,
@@ -26,6 +27,17 @@ export {
   type SessionContext,
   type TransactionContext,
 } from './executor.js';
+export {
+  type InspectedJob,
+  type InspectedLease,
+  type InspectedLock,
+  type InspectedRun,
+  type Inspection,
+  type InspectOptions,
+  inspect,
+  KeyNames,
+  type LockTableCapacity,
+} from './inspect.js';
 export {
   generateLockKeys,
   LockKey,

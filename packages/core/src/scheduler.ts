@@ -24,6 +24,7 @@ import {
   leaseSettings,
 } from './lease.js';
 import type { JobResult, LockClient } from './lock.js';
+import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
 import { inlinePrepareStatement, type Statement } from './sql/locks.js';
@@ -40,8 +41,7 @@ import {
   tickStatement,
 } from './sql/scheduler.js';
 
-/** The namespace of the scheduler's job keys and leases. */
-export const SCHEDULER_NAMESPACE = 'lockkit-scheduler';
+export { SCHEDULER_NAMESPACE };
 
 /** What happens to a tick that fires while the job's previous run is still going. */
 export type OverlapPolicy = 'skip' | 'queue';

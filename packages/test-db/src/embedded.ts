@@ -8,7 +8,7 @@
  * reported as a rejected promise, never as an unhandled 'error' event.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { chmod, chown, cp, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, chown, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
@@ -140,7 +140,15 @@ async function waitReady(url: string, child: ChildProcess, deadline: number): Pr
  * Initialises and starts a fresh server on a free loopback port, with trust auth, user `postgres`,
  * database `postgres`. Durability settings are off: this server holds only test data.
  */
-export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
+export async function startEmbeddedPostgres(
+  options: {
+    /**
+     * Start it as a hot standby (in recovery, read-only, no primary): for tests of what lockkit
+     * says about a standby.
+     */
+    readonly standby?: boolean;
+  } = {},
+): Promise<EmbeddedServer> {
   const ids = postgresUserIds();
   const binaries = await reachableBinaries(await binaryDirectory(), ids);
   // The parent must be 0755 (mkdtemp makes 0700) so the server's user can reach its data directory.
@@ -163,6 +171,13 @@ export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
   } catch (error) {
     await cleanup();
     throw error;
+  }
+  if (options.standby) {
+    // A freshly initialised cluster ends in a clean shutdown checkpoint, so it is consistent at
+    // once: with standby.signal it starts in recovery and accepts read-only connections.
+    await writeFile(join(data, 'standby.signal'), '');
+    if (ids.uid !== undefined && ids.gid !== undefined)
+      await chown(join(data, 'standby.signal'), ids.uid, ids.gid);
   }
   const port = await freePort();
   const args = [

@@ -1,0 +1,73 @@
+/**
+ * One lock client per adapter, as a user of each would build it.
+ */
+import { createRequire } from 'node:module';
+import type { LockClient } from '@lockkit/core';
+import { createLockKit as drizzleKit } from '@lockkit/drizzle';
+import { createLockKit as pgKit } from '@lockkit/pg';
+import { createLockKit as postgresKit } from '@lockkit/postgres';
+import { createLockKit as prismaKit } from '@lockkit/prisma';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import postgres from 'postgres';
+
+/** The adapters the demo can run on. */
+export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle'] as const;
+/** One of {@link ADAPTERS}. */
+export type AdapterName = (typeof ADAPTERS)[number];
+
+/** A lock client on `url`, and how to close it. */
+export function connect(
+  adapter: AdapterName,
+  url: string,
+  schema: string,
+): { locks: LockClient<unknown, unknown>; close(): Promise<void> } {
+  switch (adapter) {
+    case 'pg': {
+      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      pool.on('error', () => {});
+      return {
+        locks: pgKit(pool, { schema }) as LockClient<unknown, unknown>,
+        close: () => pool.end(),
+      };
+    }
+    case 'postgres': {
+      const sql = postgres(url, { max: 6, onnotice: () => {} });
+      return {
+        locks: postgresKit(sql, { schema }) as LockClient<unknown, unknown>,
+        close: () => sql.end({ timeout: 5 }),
+      };
+    }
+    case 'drizzle': {
+      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      pool.on('error', () => {});
+      return {
+        locks: drizzleKit(drizzle(pool), { schema }) as LockClient<unknown, unknown>,
+        close: () => pool.end(),
+      };
+    }
+    case 'prisma': {
+      // The JavaScript flavour of the demo's generated client (prisma/schema.prisma), made by the build.
+      const { PrismaClient } = createRequire(import.meta.url)('../generated-js/index.js') as {
+        PrismaClient: new (options: {
+          adapter: PrismaPg;
+        }) => Parameters<typeof prismaKit>[0] & { $disconnect(): Promise<void> };
+      };
+      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      pool.on('error', () => {});
+      const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+      return {
+        locks: prismaKit(prisma, {
+          schema,
+          timeout: 30_000,
+          maxWait: 10_000,
+        }) as unknown as LockClient<unknown, unknown>,
+        close: async () => {
+          await prisma.$disconnect();
+          await pool.end();
+        },
+      };
+    }
+  }
+}

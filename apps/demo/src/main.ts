@@ -1,0 +1,367 @@
+/**
+ * `pnpm demo`: several worker processes with skewed clocks run the same cron jobs on one Postgres;
+ * each tick runs exactly once, even when a worker is killed midway. Ends with a verdict read from
+ * the database.
+ *
+ *   pnpm demo [--workers 4] [--seconds 20] [--skew-ms 800] [--kill auto|none|<n>]
+ *             [--adapter pg|postgres|prisma|drizzle] [--url postgres://…] [--json]
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import pg from 'pg';
+import { ADAPTERS, type AdapterName, connect } from './adapters.js';
+import { JOBS } from './jobs.js';
+
+const USAGE = `Usage: pnpm demo [options]
+  --workers N        worker processes (default 4)
+  --seconds N        how long to run (default 20)
+  --skew-ms N        clocks spread over ±N ms (default 800)
+  --kill WHICH       auto (the worker whose clock runs ahead, midway), none, or a worker number
+  --adapter NAME     ${ADAPTERS.join(' | ')} (default pg)
+  --url URL          PostgreSQL to use (default: $DATABASE_URL, else an embedded server)
+  --json             print only the verdict, as one JSON object on the last line
+`;
+
+interface Options {
+  workers: number;
+  seconds: number;
+  skewMs: number;
+  kill: 'auto' | 'none' | number;
+  adapter: AdapterName;
+  url: string | undefined;
+  json: boolean;
+}
+
+function options(): Options {
+  const { values } = parseArgs({
+    options: {
+      workers: { type: 'string', default: '4' },
+      seconds: { type: 'string', default: '20' },
+      'skew-ms': { type: 'string', default: '800' },
+      kill: { type: 'string', default: 'auto' },
+      adapter: { type: 'string', default: 'pg' },
+      url: { type: 'string' },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    process.exit(0);
+  }
+  const int = (name: string, raw: string, min: number, max: number) => {
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n < min || n > max)
+      throw new Error(`--${name} must be an integer from ${min} to ${max}`);
+    return n;
+  };
+  const workers = int('workers', values.workers, 1, 32);
+  const adapter = values.adapter as AdapterName;
+  if (!ADAPTERS.includes(adapter))
+    throw new Error(`--adapter must be one of ${ADAPTERS.join(', ')}`);
+  const kill =
+    values.kill === 'auto' || values.kill === 'none'
+      ? values.kill
+      : int('kill', values.kill, 0, workers - 1);
+  return {
+    workers,
+    seconds: int('seconds', values.seconds, 8, 3600),
+    skewMs: int('skew-ms', values['skew-ms'], 0, 900),
+    kill,
+    adapter,
+    url: values.url ?? process.env.DATABASE_URL,
+    json: values.json,
+  };
+}
+
+interface WorkerState {
+  readonly name: string;
+  readonly skewMs: number;
+  readonly process: ChildProcess;
+  ran: number;
+  skipped: number;
+  leaseHeld: string;
+  alive: boolean;
+  ready: boolean;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function main(): Promise<void> {
+  const o = options();
+  const log = (line: string) => {
+    if (!o.json) process.stdout.write(`${line}\n`);
+  };
+  let embedded: Awaited<ReturnType<typeof startEmbeddedPostgres>> | undefined;
+  const workers: WorkerState[] = [];
+  let admin: pg.Client | undefined;
+  const schema = `lockkit_demo_${randomBytes(4).toString('hex')}`;
+  let cleaned = false;
+  const cleanup = async () => {
+    if (cleaned) return;
+    cleaned = true;
+    for (const w of workers) if (w.alive) w.process.kill('SIGTERM');
+    await Promise.all(
+      workers.map((w) => (w.alive ? new Promise((r) => w.process.once('exit', r)) : null)),
+    );
+    if (admin) {
+      await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
+      await admin.end().catch(() => {});
+    }
+    await embedded?.stop();
+  };
+  process.once('SIGINT', () => {
+    process.stderr.write('\nstopping…\n');
+    void cleanup().then(() => process.exit(130));
+  });
+  try {
+    await run(
+      o,
+      workers,
+      schema,
+      (client) => {
+        admin = client;
+      },
+      (server) => {
+        embedded = server;
+      },
+      log,
+      cleanup,
+    );
+  } finally {
+    await cleanup();
+  }
+}
+
+async function run(
+  o: Options,
+  workers: WorkerState[],
+  schema: string,
+  setAdmin: (client: pg.Client) => void,
+  setEmbedded: (server: Awaited<ReturnType<typeof startEmbeddedPostgres>>) => void,
+  log: (line: string) => void,
+  cleanup: () => Promise<void>,
+): Promise<void> {
+  let url = o.url;
+  if (!url) {
+    log('starting an embedded PostgreSQL (no --url, no DATABASE_URL)…');
+    const embedded = await startEmbeddedPostgres();
+    setEmbedded(embedded);
+    url = embedded.url;
+  }
+  const admin = new pg.Client({ connectionString: url, application_name: 'lockkit-demo' });
+  setAdmin(admin);
+  await admin.connect();
+  const setup = connect(o.adapter, url, schema);
+  await setup.locks.migrate();
+  await setup.close();
+  await admin.query(
+    `CREATE TABLE "${schema}".executions (job text NOT NULL, tick timestamptz NOT NULL, worker text NOT NULL)`,
+  );
+
+  // Clocks spread evenly over ±skew.
+  const skews = Array.from({ length: o.workers }, (_, i) =>
+    o.workers === 1 ? 0 : Math.round(-o.skewMs + (2 * o.skewMs * i) / (o.workers - 1)),
+  );
+  const workerFile = fileURLToPath(new URL('./worker.mjs', import.meta.url));
+  const ticksPerJob = new Map<string, Set<number>>(JOBS.map((j) => [j.name, new Set()]));
+  for (const [i, skewMs] of skews.entries()) {
+    const child = spawn(
+      process.execPath,
+      [workerFile, JSON.stringify({ adapter: o.adapter, url, schema, skewMs, worker: `w${i}` })],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const state: WorkerState = {
+      name: `w${i}`,
+      skewMs,
+      process: child,
+      ran: 0,
+      skipped: 0,
+      leaseHeld: '',
+      alive: true,
+      ready: false,
+    };
+    workers.push(state);
+    child.once('exit', () => {
+      state.alive = false;
+    });
+    let buffered = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop() ?? '';
+      for (const line of lines) {
+        let message: { type: string; job?: string; tick?: number; error?: string };
+        try {
+          message = JSON.parse(line);
+        } catch {
+          continue;
+        }
+        if (message.type === 'ready') state.ready = true;
+        if (message.type === 'ran') {
+          state.ran++;
+          if (message.job && message.tick) ticksPerJob.get(message.job)?.add(message.tick);
+          if (message.job === 'nightly-report') state.leaseHeld = '';
+        }
+        if (message.type === 'skipped-done' || message.type === 'skipped-held') state.skipped++;
+        if (message.type === 'lease')
+          state.leaseHeld = `${message.job} @${new Date(message.tick ?? 0).toISOString().slice(11, 19)}`;
+        if (message.type === 'fatal') process.stderr.write(`${state.name}: ${message.error}\n`);
+      }
+    });
+  }
+  const readyBy = Date.now() + 30_000;
+  while (!workers.every((w) => w.ready || !w.alive)) {
+    if (Date.now() > readyBy || workers.some((w) => !w.alive))
+      throw new Error('a worker failed to start');
+    await sleep(50);
+  }
+  const started = Date.now();
+  // Judge only ticks every worker was up for (their clocks included), and leave the last ones to finish.
+  const windowStart = Math.ceil((started + o.skewMs) / 1000) * 1000 + 1000;
+  const victim =
+    o.kill === 'none' ? undefined : o.kill === 'auto' ? skews.indexOf(Math.max(...skews)) : o.kill;
+  let killedAt: number | undefined;
+  const deadline = started + o.seconds * 1000;
+  while (Date.now() < deadline) {
+    if (
+      victim !== undefined &&
+      killedAt === undefined &&
+      Date.now() >= started + (o.seconds * 1000) / 2
+    ) {
+      workers[victim]?.process.kill('SIGKILL');
+      killedAt = Date.now();
+    }
+    if (!o.json)
+      render(workers, ticksPerJob, Math.round((Date.now() - started) / 1000), o, victim, killedAt);
+    await sleep(500);
+  }
+  const windowEnd = Math.floor(Date.now() / 1000) * 1000 - 3000;
+  for (const w of workers) if (w.alive) w.process.kill('SIGTERM');
+  await Promise.all(
+    workers.map((w) => (w.alive ? new Promise((r) => w.process.once('exit', r)) : null)),
+  );
+
+  const verdict = await judge(admin, schema, windowStart, windowEnd);
+  const result = {
+    adapter: o.adapter,
+    workers: o.workers,
+    killed: victim === undefined ? null : `w${victim}`,
+    ticksDue: verdict.due,
+    ticksRun: verdict.run,
+    duplicates: verdict.duplicates,
+    missed: verdict.missed,
+    lease: verdict.lease,
+  };
+  await cleanup();
+  if (o.json) {
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+  } else {
+    log('');
+    log(
+      `verdict (ticks from ${new Date(windowStart).toISOString().slice(11, 19)} to ${new Date(windowEnd).toISOString().slice(11, 19)}, transaction-mode jobs):`,
+    );
+    log(
+      `  ticks due ${result.ticksDue}, ticks run ${result.ticksRun}, duplicates ${result.duplicates}, missed ${result.missed}`,
+    );
+    log(
+      `  lease job nightly-report: ${verdict.lease.runs} runs, ${verdict.lease.duplicates} duplicates, ${verdict.lease.abandoned} abandoned by the killed worker`,
+    );
+    log(
+      result.duplicates === 0 && result.missed === 0
+        ? '  ✔ every tick ran exactly once'
+        : '  ✘ exactly-once was violated',
+    );
+  }
+  process.exitCode = result.duplicates === 0 && result.missed === 0 ? 0 : 1;
+}
+
+/** Reads the verdict from the database: every due tick of the transaction-mode jobs, exactly once. */
+async function judge(admin: pg.Client, schema: string, from: number, to: number) {
+  let due = 0;
+  let run = 0;
+  let duplicates = 0;
+  let missed = 0;
+  for (const job of JOBS.filter((j) => j.mode === 'transaction')) {
+    const { rows } = await admin.query<{ tick: Date; n: number }>(
+      `SELECT tick, count(*)::int AS n FROM "${schema}".executions WHERE job = $1 AND tick BETWEEN $2 AND $3 GROUP BY tick`,
+      [job.name, new Date(from).toISOString(), new Date(to).toISOString()],
+    );
+    const counts = new Map(rows.map((r) => [new Date(r.tick).getTime(), r.n]));
+    for (
+      let t = Math.ceil(from / (job.everySeconds * 1000)) * job.everySeconds * 1000;
+      t <= to;
+      t += job.everySeconds * 1000
+    ) {
+      due++;
+      const n = counts.get(t) ?? 0;
+      if (n === 0) missed++;
+      else run++;
+      if (n > 1) duplicates += n - 1;
+    }
+  }
+  const lease = JOBS.find((j) => j.mode === 'lease') as (typeof JOBS)[number];
+  const { rows: leaseRows } = await admin.query<{ runs: number; dupes: number }>(
+    `SELECT count(*)::int AS runs, coalesce(sum(n - 1), 0)::int AS dupes FROM
+       (SELECT tick, count(*) AS n FROM "${schema}".executions WHERE job = $1 GROUP BY tick) t`,
+    [lease.name],
+  );
+  const { rows: abandoned } = await admin.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM "${schema}".runs WHERE job = $1 AND status IN ('ABANDONED', 'RUNNING')`,
+    [lease.name],
+  );
+  return {
+    due,
+    run,
+    duplicates,
+    missed,
+    lease: {
+      runs: leaseRows[0]?.runs ?? 0,
+      duplicates: leaseRows[0]?.dupes ?? 0,
+      abandoned: abandoned[0]?.n ?? 0,
+    },
+  };
+}
+
+function render(
+  workers: readonly WorkerState[],
+  ticks: Map<string, Set<number>>,
+  elapsed: number,
+  o: Options,
+  victim: number | undefined,
+  killedAt: number | undefined,
+): void {
+  const lines = [
+    `lockkit demo — ${o.workers} workers on @lockkit/${o.adapter}, clocks ±${o.skewMs} ms, ${elapsed}/${o.seconds} s` +
+      (victim === undefined
+        ? ''
+        : killedAt
+          ? `   ✝ w${victim} was killed`
+          : `   (w${victim} will be killed midway)`),
+    '',
+    'worker  clock      ran  skipped  lease held',
+    ...workers.map(
+      (w) =>
+        `${w.name.padEnd(6)}  ${`${w.skewMs >= 0 ? '+' : ''}${w.skewMs} ms`.padEnd(9)}  ${String(w.ran).padStart(3)}  ${String(w.skipped).padStart(7)}  ${w.alive ? w.leaseHeld || '-' : 'KILLED'}`,
+    ),
+    '',
+    'job                 mode         ticks run',
+    ...JOBS.map(
+      (j) =>
+        `${j.name.padEnd(18)}  ${j.mode.padEnd(11)}  ${String(ticks.get(j.name)?.size ?? 0).padStart(9)}`,
+    ),
+  ];
+  process.stdout.write(`\x1b[2J\x1b[H${lines.join('\n')}\n`);
+}
+
+main().catch(async (error: unknown) => {
+  process.stderr.write(
+    `lockkit demo failed: ${error instanceof Error ? error.message : String(error)}\n`,
+  );
+  process.exit(1);
+});

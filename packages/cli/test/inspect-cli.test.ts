@@ -1,0 +1,201 @@
+/**
+ * `lockkit locks`, `key`, `doctor` and the error paths, against real servers: a lock held by
+ * another process is named, with its holder and its waiting contender; doctor flags a standby and
+ * a pooler.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { LockKey } from '@lockkit/core';
+import { testDatabaseBaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+
+const cli = fileURLToPath(new URL('../dist/cli.mjs', import.meta.url));
+const run = (args: string[]) =>
+  spawnSync(process.execPath, [cli, ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, DATABASE_URL: '' },
+  });
+
+const cleanups: (() => Promise<unknown> | unknown)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+async function holdInAnotherProcess(key: LockKey): Promise<{ pid: number; child: ChildProcess }> {
+  const child = spawn(
+    process.execPath,
+    [
+      fileURLToPath(new URL('./hold-lock.mjs', import.meta.url)),
+      testDatabaseBaseUrl(),
+      String(key.pair?.[0]),
+      String(key.pair?.[1]),
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  cleanups.push(
+    () =>
+      new Promise((r) => {
+        if (child.exitCode !== null || child.signalCode !== null) return r(undefined);
+        child.once('exit', r);
+        child.stdin?.end();
+      }),
+  );
+  const pid = await new Promise<number>((resolve) =>
+    child.stdout?.once('data', (c: Buffer) => resolve(Number(c.toString()))),
+  );
+  return { pid, child };
+}
+
+describe('lockkit locks', () => {
+  it('names a lock held by another process, its holder, and the contender waiting for it', async () => {
+    const namespace = 'billing';
+    const jobKey = `nightly-report-${Math.random().toString(36).slice(2, 8)}`;
+    const key = LockKey.fromNames(namespace, jobKey);
+    const holder = await holdInAnotherProcess(key);
+    const waiter = new pg.Client({
+      connectionString: testDatabaseBaseUrl(),
+      application_name: 'lockkit-cli-test-waiter',
+    });
+    waiter.on('error', () => {});
+    await waiter.connect();
+    const waiting = waiter.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [
+      key.pair?.[0],
+      key.pair?.[1],
+    ]);
+    cleanups.push(async () => {
+      await waiting.catch(() => {});
+      await waiter.end();
+    });
+    // Let the wait start before looking.
+    await new Promise((r) => setTimeout(r, 300));
+
+    const r = run([
+      'locks',
+      '--url',
+      testDatabaseBaseUrl(),
+      '--name',
+      `${namespace}/${jobKey}`,
+      '--json',
+    ]);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const { locks, capacity } = JSON.parse(r.stdout) as {
+      locks: {
+        pid: number;
+        names?: { namespace: string; jobKey: string };
+        granted: boolean;
+        blockedBy: number[];
+        applicationName: string;
+      }[];
+      capacity: { slots: number; used: number };
+    };
+    const ours = locks.filter((l) => l.names?.jobKey === jobKey);
+    expect(ours.find((l) => l.granted)).toMatchObject({
+      pid: holder.pid,
+      names: { namespace, jobKey },
+      applicationName: 'lockkit-cli-test-holder',
+    });
+    expect(ours.find((l) => !l.granted)).toMatchObject({
+      blockedBy: [holder.pid],
+      applicationName: 'lockkit-cli-test-waiter',
+    });
+    expect(capacity.slots).toBeGreaterThan(capacity.used);
+
+    const human = run([
+      'locks',
+      '--url',
+      testDatabaseBaseUrl(),
+      '--name',
+      `${namespace}/${jobKey}`,
+    ]);
+    expect(human.stdout).toContain(`${namespace}/${jobKey}`);
+    expect(human.stdout).toMatch(new RegExp(`WAITING\\s+\\d+\\s+${holder.pid}`));
+    expect(human.stdout).toContain('lock table:');
+    // Release: the holder's process lets go, the waiter gets it.
+    holder.child.stdin?.end();
+    await waiting;
+    await waiter.query('SELECT pg_advisory_unlock_all()');
+  });
+});
+
+describe('lockkit key', () => {
+  it('prints both keys, the pg_locks coordinates and SQL, matching the compatibility vectors', () => {
+    const r = run(['key', 'cron_jobs', 'generate_invoices', '--json']);
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      key1: -266172150,
+      key2: 1646866057,
+      pgLocks: { classid: 4028795146, objid: 1646866057, objsubid: 2 },
+      sql: { tryInTransaction: 'SELECT pg_try_advisory_xact_lock(-266172150, 1646866057);' },
+    });
+    expect(run(['key', 'cron_jobs']).status).toBe(2);
+    const bad = run(['key', '', 'x']);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/^lockkit: KEY_EMPTY: /);
+  });
+});
+
+describe('lockkit doctor', () => {
+  it('passes a healthy primary (warnings allowed), as JSON too', () => {
+    const r = run(['doctor', '--url', testDatabaseBaseUrl(), '--json']);
+    expect(r.status).toBe(0);
+    const checks = JSON.parse(r.stdout) as { id: string; level: string }[];
+    expect(checks.find((c) => c.id === 'standby')).toMatchObject({ level: 'ok' });
+    expect(checks.find((c) => c.id === 'pooler')).toMatchObject({ level: 'ok' });
+    expect(checks.find((c) => c.id === 'clock')).toMatchObject({ level: 'ok' });
+  });
+
+  it('fails on a standby, saying to use the primary', async () => {
+    const standby = await startEmbeddedPostgres({ standby: true });
+    cleanups.push(() => standby.stop());
+    const r = run(['doctor', '--url', standby.url]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(/FAIL\s+standby\s+The server is a standby.*primary/);
+  }, 60_000);
+
+  it.runIf('url' in testPgBouncer())('warns of a transaction pooler in the path', () => {
+    const bouncer = testPgBouncer() as { url: string };
+    const r = run(['doctor', '--url', bouncer.url]);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/WARN\s+pooler\s+A connection pooler is in the path/);
+  });
+});
+
+describe('bad input', () => {
+  it('answers every mistake with one clear line and a non-zero exit, no stack trace', () => {
+    const cases: [string[], number, RegExp][] = [
+      [['frobnicate'], 2, /^lockkit: unknown command "frobnicate"/],
+      [['locks'], 2, /^lockkit: no database: pass --url or set DATABASE_URL/],
+      [['locks', '--url', 'not a url'], 2, /^lockkit: --url is not a valid URL/],
+      [
+        ['locks', '--url', 'postgres://postgres:s3cret@127.0.0.1:1/test'],
+        1,
+        /^lockkit: cannot reach the server at postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:1\/test \(ECONNREFUSED\)/,
+      ],
+      [
+        [
+          'locks',
+          '--url',
+          testDatabaseBaseUrl().replace(/\/[^/?]+(\?|$)/, '/lockkit_no_such_db$1'),
+        ],
+        1,
+        /^lockkit: the database in .* does not exist/,
+      ],
+      [
+        ['migrate', '--url', testDatabaseBaseUrl(), '--schema', 'x;y'],
+        2,
+        /^lockkit: OPTION_INVALID: /,
+      ],
+    ];
+    for (const [args, status, message] of cases) {
+      const r = run(args);
+      expect(r.status, args.join(' ')).toBe(status);
+      expect(r.stderr, args.join(' ')).toMatch(message);
+      expect(r.stderr.trim().split('\n').length, args.join(' ')).toBe(1);
+      expect(r.stderr).not.toContain('s3cret');
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+});

@@ -1,0 +1,171 @@
+/**
+ * Checks that explain what will go wrong before it does: a standby, a transaction pooler, timeouts
+ * that cut long transactions, a lock table near full, a clock far from the database's.
+ *
+ * @packageDocumentation
+ */
+import type { LockExecutor } from './executor.js';
+import { LOCK_TABLE_CAPACITY, SERVER_FACTS } from './sql/inspect.js';
+
+/** One check's outcome. */
+export interface DoctorCheck {
+  readonly id:
+    | 'standby'
+    | 'pooler'
+    | 'idle-in-transaction-timeout'
+    | 'statement-timeout'
+    | 'tcp-keepalive'
+    | 'read-only'
+    | 'lock-table'
+    | 'clock';
+  readonly level: 'ok' | 'warn' | 'fail';
+  readonly message: string;
+}
+
+/** What {@link doctor} needs to know beyond what the server says. */
+export interface DoctorOptions {
+  /**
+   * The backend pid the driver got at connect (BackendKeyData), to detect a pooler; a session
+   * connection is needed for it to mean anything (omit when unknown).
+   */
+  readonly driverBackendPid?: number;
+  /** This host's clock, ms since the epoch (default `Date.now`). */
+  readonly now?: () => number;
+  /** Lock-table use above which to warn, 0–1 (default 0.8). */
+  readonly lockTableWarnAbove?: number;
+  /** Clock difference above which to warn, in ms (default 500). */
+  readonly clockWarnMs?: number;
+}
+
+const ms = (setting: unknown): number => {
+  const text = String(setting ?? '0').trim();
+  const match = /^(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?$/.exec(text);
+  if (!match) return 0;
+  const value = Number(match[1]);
+  const unit = match[2] ?? 'ms';
+  return (
+    value * ({ ms: 1, s: 1000, min: 60_000, h: 3_600_000, d: 86_400_000 } as const)[unit as 'ms']
+  );
+};
+
+/**
+ * Runs every check against the server behind `executor`. Never throws for a failed check; each
+ * outcome says what it found and what to do.
+ */
+export async function doctor(
+  executor: LockExecutor,
+  options: DoctorOptions = {},
+): Promise<DoctorCheck[]> {
+  const now = options.now ?? Date.now;
+  const sentAt = now();
+  const [facts, capacity] = await executor.transaction(async ({ query }) => [
+    (await query(SERVER_FACTS))[0] ?? {},
+    (await query(LOCK_TABLE_CAPACITY))[0] ?? {},
+  ]);
+  const receivedAt = now();
+  const checks: DoctorCheck[] = [];
+  checks.push(
+    facts.standby === true
+      ? {
+          id: 'standby',
+          level: 'fail',
+          message:
+            'The server is a standby (in recovery). Advisory locks must be taken on the primary: a standby cannot grant them to writers, and each standby has its own lock table. Point lockkit at the primary.',
+        }
+      : { id: 'standby', level: 'ok', message: 'The server is a primary.' },
+  );
+  if (options.driverBackendPid !== undefined) {
+    const serverPid = Number(facts.pid);
+    checks.push(
+      serverPid === options.driverBackendPid
+        ? {
+            id: 'pooler',
+            level: 'ok',
+            message:
+              'No transaction pooler detected: the connection reaches the backend it was told about at connect.',
+          }
+        : {
+            id: 'pooler',
+            level: 'warn',
+            message: `A connection pooler is in the path: the driver was given backend pid ${options.driverBackendPid} at connect, the server runs backend ${serverPid}. In transaction mode, session-scoped locks are unsafe and lockkit refuses them; declare transactionPooler: true. Transaction-scoped locks and leases are fine.`,
+          },
+    );
+  }
+  const idle = ms(facts.idle_in_transaction_session_timeout);
+  checks.push(
+    idle > 0
+      ? {
+          id: 'idle-in-transaction-timeout',
+          level: 'warn',
+          message: `idle_in_transaction_session_timeout is ${facts.idle_in_transaction_session_timeout}: a transaction-scoped lock whose task pauses longer loses its connection and lock. Use leases for long jobs.`,
+        }
+      : {
+          id: 'idle-in-transaction-timeout',
+          level: 'ok',
+          message: 'idle_in_transaction_session_timeout is off.',
+        },
+  );
+  const statement = ms(facts.statement_timeout);
+  checks.push(
+    statement > 0
+      ? {
+          id: 'statement-timeout',
+          level: 'warn',
+          message: `statement_timeout is ${facts.statement_timeout}: blocking lock waits and long statements inside a locked task are cut at that point.`,
+        }
+      : { id: 'statement-timeout', level: 'ok', message: 'statement_timeout is off.' },
+  );
+  checks.push(
+    ms(facts.tcp_keepalives_idle) === 0
+      ? {
+          id: 'tcp-keepalive',
+          level: 'warn',
+          message:
+            'tcp_keepalives_idle uses the OS default (often 2 hours): a dead client can keep its advisory locks that long. Set it (e.g. 60) so the server drops dead connections and frees their locks.',
+        }
+      : {
+          id: 'tcp-keepalive',
+          level: 'ok',
+          message: `tcp_keepalives_idle is ${facts.tcp_keepalives_idle}.`,
+        },
+  );
+  if (facts.default_transaction_read_only === 'on') {
+    checks.push({
+      id: 'read-only',
+      level: 'fail',
+      message: 'default_transaction_read_only is on: lease and ledger writes will fail.',
+    });
+  }
+  const slots = Number(capacity.slots ?? 0);
+  const used = Number(capacity.used ?? 0);
+  const ratio = slots > 0 ? used / slots : 0;
+  checks.push(
+    ratio > (options.lockTableWarnAbove ?? 0.8)
+      ? {
+          id: 'lock-table',
+          level: 'warn',
+          message: `The lock table is ${Math.round(ratio * 100)}% full (${used} of ${slots} slots): past 100% every lock fails with "out of shared memory". Release locks sooner or raise max_locks_per_transaction (needs a restart).`,
+        }
+      : {
+          id: 'lock-table',
+          level: 'ok',
+          message: `The lock table has headroom: ${used} of ${slots} slots in use.`,
+        },
+  );
+  const skew = Number(facts.now_ms) - (sentAt + receivedAt) / 2;
+  const clockWarnMs = options.clockWarnMs ?? 500;
+  checks.push(
+    Math.abs(skew) > clockWarnMs
+      ? {
+          id: 'clock',
+          level: 'warn',
+          message: `This host's clock is ${Math.round(-skew)} ms off the database's. Leases use the database clock and are safe; the scheduler fires ticks by this clock, so keep skew below catchUpGraceMs (and the tick interval).`,
+        }
+      : {
+          id: 'clock',
+          level: 'ok',
+          message: `This host's clock is within ${Math.max(1, Math.round(Math.abs(skew)))} ms of the database's.`,
+        },
+  );
+  return checks;
+}
