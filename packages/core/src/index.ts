@@ -16,6 +16,11 @@ export {
   UnsafeBehindPoolerError,
   UnsupportedCapabilityError,
 } from './errors.js';
+export type {
+  LockEventBase,
+  LockkitEvent,
+  LockkitEventListener,
+} from './events.js';
 export {
   assertLockExecutor,
   type ExecutorCapability,

@@ -12,6 +12,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { LeaseLostError, LockkitError } from './errors.js';
+import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn } from './executor.js';
 import { LockKey } from './keys.js';
 import {
@@ -292,12 +293,17 @@ export async function holdLease<Tx, T>(
       outcome: { failed: false } | { failed: true; error: string },
     ) => Statement[];
     readonly onLost?: (error: LeaseLostError) => void;
+    readonly emit?: (event: LockkitEvent) => void;
   },
 ): Promise<T> {
   const { namespace, jobKey, token } = lease;
+  const emit = options.emit;
+  const heldSince = performance.now();
+  emit?.({ type: 'lease-claimed', namespace, jobKey, token, tookOver: lease.tookOver });
   const lost = new AbortController();
   const lose = (reason: string) => {
     if (!lost.signal.aborted) {
+      emit?.({ type: 'lease-lost', namespace, jobKey, token, reason });
       const error = new LeaseLostError(
         `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
         token,
@@ -308,8 +314,12 @@ export async function holdLease<Tx, T>(
   };
   const renew = renewStatement(schema, namespace, jobKey, token, s.ttlMs);
   const heartbeat = new Heartbeat(
-    async () =>
-      (await executor.transaction(({ query }) => query(renew.text, renew.params))).length > 0,
+    async () => {
+      const renewed =
+        (await executor.transaction(({ query }) => query(renew.text, renew.params))).length > 0;
+      if (renewed) emit?.({ type: 'lease-renewed', namespace, jobKey, token });
+      return renewed;
+    },
     s,
     lose,
     lease.claimSentAt,
@@ -356,6 +366,14 @@ export async function holdLease<Tx, T>(
     if (!lost.signal.aborted) options.onLost?.(error);
     throw error;
   }
+  emit?.({
+    type: 'lease-finished',
+    namespace,
+    jobKey,
+    token,
+    failed: !outcome.ok,
+    heldMs: performance.now() - heldSince,
+  });
   if (!outcome.ok) throw outcome.error;
   return outcome.result;
 }
@@ -371,6 +389,7 @@ export function leaseOperations<Tx>(
     task: (query: QueryFn) => Promise<T>,
   ) => Promise<{ executed: false } | { executed: true; result: T }>,
   schema: string,
+  emit?: (event: LockkitEvent) => void,
 ): LeaseOperations<Tx> {
   async function withFencedWrite<T>(
     lease: LeaseRef,
@@ -408,6 +427,7 @@ export function leaseOperations<Tx>(
     const lease = claimed.result;
     const result = await holdLease(executor, schema, lease, s, task, {
       ...(options.signal !== undefined && { signal: options.signal }),
+      ...(emit !== undefined && { emit }),
       fenced: (fencedTask) => withFencedWrite(lease, fencedTask),
     });
     return { executed: true, result, token: lease.token };

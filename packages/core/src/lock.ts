@@ -10,6 +10,7 @@ import {
   TransactionExpiredError,
   UnsafeBehindPoolerError,
 } from './errors.js';
+import { emitter, type LockkitEventListener, track } from './events.js';
 import {
   assertLockExecutor,
   type LockExecutor,
@@ -177,6 +178,12 @@ export interface LockClientOptions {
   readonly statementTimeoutMs?: number;
   /** Default `idleInTransactionTimeoutMs` of transaction-scoped calls. */
   readonly idleInTransactionTimeoutMs?: number;
+  /**
+   * Called with a typed event for every lock and lease outcome (attempt, acquired, skipped, timed
+   * out, released; lease claimed, renewed, lost, finished): the hook for metrics and tracing
+   * (`@lockkit/otel`). Without it no event is built.
+   */
+  readonly onEvent?: LockkitEventListener;
 }
 
 const SKIPPED: JobResult<never> = Object.freeze({ executed: false });
@@ -348,6 +355,7 @@ export function createLockClient<Tx, Session>(
   options: LockClientOptions = {},
 ): LockClient<Tx, Session> {
   assertLockExecutor(executor);
+  const emit = emitter(options.onEvent);
   const defaults: LockClientOptions = {
     ...(options.statementTimeoutMs !== undefined && {
       statementTimeoutMs: checkMilliseconds(options.statementTimeoutMs, 'statementTimeoutMs', 0),
@@ -420,6 +428,7 @@ export function createLockClient<Tx, Session>(
       ? inlinePrepareStatement(settings)
       : tryLockOpening(key, p.mode, settings);
 
+    const tracker = track(emit, key, 'transaction', p.mode, p.wait);
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
       connection = ctx.signal;
       if (p.wait) {
@@ -427,19 +436,24 @@ export function createLockClient<Tx, Session>(
         // Got it, but the caller gave up meanwhile: the rollback releases it.
         if (p.signal?.aborted) throw abortedError(p.signal);
       } else if (first(openingRows).acquired !== true) {
+        tracker.skipped();
         return SKIPPED;
       }
+      tracker.acquired();
       const result = await runTask(task, ctx.tx, key, ctx.query, ctx.signal, p.signal);
       return { executed: true, result };
     };
 
     try {
-      if (executor.pipelinedTransaction) {
-        return await executor.pipelinedTransaction(opening, body);
-      }
-      return await executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+      const result = executor.pipelinedTransaction
+        ? await executor.pipelinedTransaction(opening, body)
+        : await executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+      if (result.executed) tracker.settled(undefined);
+      return result;
     } catch (error) {
-      throw classify(error, what, connection, p.signal);
+      const classified = classify(error, what, connection, p.signal);
+      tracker.settled(classified);
+      throw classified;
     }
   }
 
@@ -474,6 +488,7 @@ export function createLockClient<Tx, Session>(
     if (p.signal?.aborted) throw abortedError(p.signal);
     const what = `session lock ${key}`;
     let connection: AbortSignal | undefined;
+    const tracker = track(emit, key, 'session', p.mode, p.wait);
     const detected = (serverPid: unknown, driverPid: unknown) => {
       poolerDetected = true;
       return poolerError(
@@ -482,7 +497,7 @@ export function createLockClient<Tx, Session>(
       );
     };
     try {
-      return await executor.session(async (ctx) => {
+      const result = await executor.session(async (ctx): Promise<JobResult<T>> => {
         connection = ctx.signal;
         const driverPid = ctx.backendPid;
         // A startup pid no server could have (PgBouncer's are random 32-bit values) is proof
@@ -532,8 +547,12 @@ export function createLockClient<Tx, Session>(
           const row = first(await ctx.query(statement.text, statement.params));
           holderPid = row.pid as number;
           if (row.acquired === null) throw detected(holderPid, driverPid);
-          if (row.acquired !== true) return SKIPPED;
+          if (row.acquired !== true) {
+            tracker.skipped();
+            return SKIPPED;
+          }
         }
+        tracker.acquired();
         let outcome: { ok: true; result: T } | { ok: false; failure: TaskFailure };
         try {
           outcome = {
@@ -555,8 +574,12 @@ export function createLockClient<Tx, Session>(
         if (!outcome.ok) throw outcome.failure;
         return { executed: true, result: outcome.result };
       });
+      if (result.executed) tracker.settled(undefined);
+      return result;
     } catch (error) {
-      throw classify(error, what, connection, p.signal);
+      const classified = classify(error, what, connection, p.signal);
+      tracker.settled(classified);
+      throw classified;
     }
   }
 
@@ -609,6 +632,7 @@ export function createLockClient<Tx, Session>(
     executor,
     (key, task) => withLock(key, (_tx, ctx) => task(ctx.query)),
     quoteIdentifier(schemaName),
+    emit,
   );
 
   return Object.freeze({
