@@ -1,3 +1,3 @@
 import { lockkitBuild } from '@lockkit/build-config';
-// A command, not a library: one ESM entry with its shebang, no declarations.
-export default lockkitBuild({ entry: ['src/cli.ts'], format: ['esm'], dts: false });
+// The command (with its shebang) and the dashboard server, which the demo embeds too. ESM only.
+export default lockkitBuild({ entry: ['src/cli.ts', 'src/dashboard.ts'], format: ['esm'] });

@@ -21,6 +21,6 @@ export const JOBS: readonly DemoJob[] = [
     everySeconds: 1,
     workMs: 30,
   },
-  { name: 'sweep-queue', cron: '*/2 * * * * *', mode: 'transaction', everySeconds: 2, workMs: 60 },
+  { name: 'sweep-queue', cron: '*/2 * * * * *', mode: 'transaction', everySeconds: 2, workMs: 600 },
   { name: 'nightly-report', cron: '*/5 * * * * *', mode: 'lease', everySeconds: 5, workMs: 2500 },
 ];

@@ -10,6 +10,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { startDashboard } from '@lockkit/cli/dashboard';
+import { pgExecutor } from '@lockkit/pg';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import pg from 'pg';
 import { ADAPTERS, type AdapterName, connect } from './adapters.js';
@@ -23,6 +25,7 @@ const USAGE = `Usage: pnpm demo [options]
   --adapter NAME     ${ADAPTERS.join(' | ')} (default pg)
   --url URL          PostgreSQL to use (default: $DATABASE_URL, else an embedded server)
   --json             print only the verdict, as one JSON object on the last line
+  --dashboard PORT   also serve the live dashboard on 127.0.0.1:PORT (0 picks a free port)
 `;
 
 interface Options {
@@ -33,6 +36,7 @@ interface Options {
   adapter: AdapterName;
   url: string | undefined;
   json: boolean;
+  dashboard: number | undefined;
 }
 
 function options(): Options {
@@ -45,6 +49,7 @@ function options(): Options {
       adapter: { type: 'string', default: 'pg' },
       url: { type: 'string' },
       json: { type: 'boolean', default: false },
+      dashboard: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -74,6 +79,8 @@ function options(): Options {
     adapter,
     url: values.url ?? process.env.DATABASE_URL,
     json: values.json,
+    dashboard:
+      values.dashboard === undefined ? undefined : int('dashboard', values.dashboard, 0, 65535),
   };
 }
 
@@ -100,9 +107,11 @@ async function main(): Promise<void> {
   let admin: pg.Client | undefined;
   const schema = `lockkit_demo_${randomBytes(4).toString('hex')}`;
   let cleaned = false;
+  const extraCleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
     if (cleaned) return;
     cleaned = true;
+    for (const extra of extraCleanups) await extra().catch(() => {});
     for (const w of workers) if (w.alive) w.process.kill('SIGTERM');
     await Promise.all(
       workers.map((w) => (w.alive ? new Promise((r) => w.process.once('exit', r)) : null)),
@@ -130,6 +139,7 @@ async function main(): Promise<void> {
       },
       log,
       cleanup,
+      (extra) => extraCleanups.push(extra),
     );
   } finally {
     await cleanup();
@@ -144,6 +154,7 @@ async function run(
   setEmbedded: (server: Awaited<ReturnType<typeof startEmbeddedPostgres>>) => void,
   log: (line: string) => void,
   cleanup: () => Promise<void>,
+  onCleanup: (extra: () => Promise<void>) => void,
 ): Promise<void> {
   let url = o.url;
   if (!url) {
@@ -161,6 +172,25 @@ async function run(
   await admin.query(
     `CREATE TABLE "${schema}".executions (job text NOT NULL, tick timestamptz NOT NULL, worker text NOT NULL)`,
   );
+  if (o.dashboard !== undefined) {
+    const pool = new pg.Pool({
+      connectionString: url,
+      max: 2,
+      application_name: 'lockkit-dashboard',
+    });
+    pool.on('error', () => {});
+    const dashboard = await startDashboard({
+      executor: pgExecutor(pool),
+      schema,
+      port: o.dashboard,
+      intervalMs: 500,
+    });
+    onCleanup(async () => {
+      await dashboard.close();
+      await pool.end();
+    });
+    process.stdout.write(`dashboard: ${dashboard.url}\n`);
+  }
 
   // Clocks spread evenly over ±skew.
   const skews = Array.from({ length: o.workers }, (_, i) =>

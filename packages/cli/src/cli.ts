@@ -4,8 +4,10 @@
  */
 import { parseArgs } from 'node:util';
 import { isLockkitError, KeyNames } from '@lockkit/core';
+import { pgExecutor } from '@lockkit/pg';
 import pg from 'pg';
 import * as commands from './commands.js';
+import { startDashboard } from './dashboard.js';
 import { redact } from './table.js';
 
 const USAGE = `Usage: lockkit <command> [options]
@@ -18,6 +20,7 @@ Commands:
   migrate               create or upgrade lockkit's tables (safe from many places at once)
   doctor                check the server: standby, pooler, timeouts, keepalives, lock table, clock
   watch                 the locks view, refreshed (--interval ms, default 1000)
+  dashboard             a live web page of locks, leases and runs (--port 4680, --host 127.0.0.1, --token)
 
 Options:
   --url URL             PostgreSQL connection string (default: $DATABASE_URL)
@@ -45,6 +48,9 @@ function parse(argv: readonly string[]) {
       name: { type: 'string', multiple: true },
       json: { type: 'boolean' },
       interval: { type: 'string' },
+      port: { type: 'string' },
+      host: { type: 'string' },
+      token: { type: 'string' },
       iterations: { type: 'string' },
       verbose: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -87,7 +93,7 @@ async function main(argv: readonly string[]): Promise<number> {
   }
   const [command, ...rest] = positionals;
   if (!command) return fail(`no command given\n\n${USAGE}`, 2);
-  const known = ['locks', 'leases', 'runs', 'key', 'migrate', 'doctor', 'watch'];
+  const known = ['locks', 'leases', 'runs', 'key', 'migrate', 'doctor', 'watch', 'dashboard'];
   if (!known.includes(command)) return fail(`unknown command "${command}" (try lockkit --help)`, 2);
   const json = values.json === true;
   try {
@@ -133,6 +139,34 @@ async function main(argv: readonly string[]): Promise<number> {
           return await commands.runMigrate(ctx);
         case 'doctor':
           return await commands.runDoctor(ctx);
+        case 'dashboard': {
+          const port = Number(values.port ?? 4680);
+          if (!Number.isInteger(port) || port < 0 || port > 65535)
+            return fail('--port must be 0–65535', 2);
+          const host = values.host ?? '127.0.0.1';
+          if (!['127.0.0.1', 'localhost', '::1'].includes(host) && !values.token) {
+            return fail(`--host ${host} is not loopback: pass --token to protect the dashboard`, 2);
+          }
+          const pool = new pg.Pool({
+            connectionString: url,
+            max: 2,
+            application_name: 'lockkit-dashboard',
+          });
+          pool.on('error', () => {});
+          const dashboard = await startDashboard({
+            executor: pgExecutor(pool),
+            host,
+            port,
+            names,
+            ...(values.schema !== undefined && { schema: values.schema }),
+            ...(values.token !== undefined && { token: values.token }),
+          });
+          out(`lockkit dashboard at ${dashboard.url} (Ctrl-C to stop)`);
+          await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()));
+          await dashboard.close();
+          await pool.end();
+          return 0;
+        }
         default: {
           const interval = Number(values.interval ?? 1000);
           const iterations = Number(values.iterations ?? 0);

@@ -199,3 +199,37 @@ describe('bad input', () => {
     }
   });
 });
+
+describe('lockkit dashboard', () => {
+  it('refuses a non-loopback host without a token', () => {
+    const r = run(['dashboard', '--url', testDatabaseBaseUrl(), '--host', '0.0.0.0']);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/^lockkit: --host 0\.0\.0\.0 is not loopback: pass --token/);
+  });
+
+  it('serves the page and the state, and checks the token when it has one', async () => {
+    const { startDashboard } = await import('../src/dashboard.js');
+    const { pgExecutor } = await import('@lockkit/pg');
+    const pool = new pg.Pool({ connectionString: testDatabaseBaseUrl(), max: 2 });
+    cleanups.push(() => pool.end());
+    const dashboard = await startDashboard({
+      executor: pgExecutor(pool),
+      port: 0,
+      token: 's3cret',
+    });
+    cleanups.push(() => dashboard.close());
+    const base = new URL(dashboard.url);
+    expect((await fetch(new URL('/', base.origin))).status).toBe(401);
+    const page = await fetch(dashboard.url);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('<h1>lockkit dashboard</h1>');
+    const state = await fetch(new URL('/api/state', base.origin), {
+      headers: { authorization: 'Bearer s3cret' },
+    });
+    expect(state.status).toBe(200);
+    expect(await state.json()).toMatchObject({
+      capacity: { slots: expect.any(Number) },
+      locks: expect.any(Array),
+    });
+  });
+});
