@@ -3,7 +3,7 @@
  * skewed, records each execution inside the run, and reports every outcome to the parent as one
  * JSON line on stdout. SIGTERM stops it cleanly.
  */
-import { createScheduler } from '@lockkit/core';
+import { createScheduler, SCHEDULER_OUTCOMES } from '@lockkit/core';
 import { type AdapterName, connect } from './adapters.js';
 import { JOBS } from './jobs.js';
 
@@ -51,15 +51,7 @@ async function main(): Promise<void> {
       { mode: job.mode, ...(job.mode === 'lease' && { lease: { ttlMs: 4000 } }) },
     );
   }
-  for (const type of [
-    'ran',
-    'failed',
-    'skipped-held',
-    'skipped-done',
-    'missed',
-    'lease-lost',
-    'error',
-  ] as const) {
+  for (const type of [...SCHEDULER_OUTCOMES, 'error'] as const) {
     scheduler.on(type, (event) => {
       const tick = 'tick' in event ? event.tick.getTime() : undefined;
       say({ type, job: event.job, tick, ...('error' in event && { error: String(event.error) }) });

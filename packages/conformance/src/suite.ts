@@ -113,3 +113,30 @@ export function caseIt<Tx, Session>(
     it(`${id}: ${title}`, fn, timeout);
   }
 }
+
+/** {@link caseIt} bound to one adapter: how every group declares its cases. */
+export function casesOf<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+): (id: ConformanceCaseId, title: string, fn: () => Promise<void>, timeout?: number) => void {
+  return (id, title, fn, timeout) => caseIt(adapter, id, title, fn, timeout);
+}
+
+/**
+ * Runs `fn` with a fresh random schema holding lockkit's tables (plus `extraTables`), and a lock
+ * client on it over the test's instance; drops the schema afterwards, whatever happens.
+ */
+export async function withLockkitSchema<Tx, Session>(
+  f: Fixture<Tx, Session>,
+  fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
+  extraTables: readonly string[] = [],
+): Promise<void> {
+  const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
+  const locks = createLockClient(f.instance.executor, { schema });
+  try {
+    await locks.migrate();
+    for (const table of extraTables) await f.observer.query(`CREATE TABLE "${schema}".${table}`);
+    await fn(schema, locks);
+  } finally {
+    await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  }
+}

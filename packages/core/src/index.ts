@@ -83,6 +83,7 @@ export {
   type OverlapPolicy,
   type RunInfo,
   SCHEDULER_NAMESPACE,
+  SCHEDULER_OUTCOMES,
   Scheduler,
   type SchedulerEvent,
   type SchedulerEventType,

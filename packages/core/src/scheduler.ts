@@ -135,6 +135,16 @@ export type SchedulerEvent =
 /** The type names of {@link SchedulerEvent}. */
 export type SchedulerEventType = SchedulerEvent['type'];
 
+/** Every outcome of a scheduled tick (all event types but infrastructure `error`s). */
+export const SCHEDULER_OUTCOMES = [
+  'ran',
+  'failed',
+  'skipped-held',
+  'skipped-done',
+  'missed',
+  'lease-lost',
+] as const satisfies readonly SchedulerEventType[];
+
 /** Options of a scheduler. */
 export interface SchedulerOptions {
   /** Who runs the jobs, stored in the ledger. Default `host:pid:random`. */

@@ -13,7 +13,13 @@
  *
  * @packageDocumentation
  */
-import type { LockkitEvent, LockkitEventListener, Scheduler, SchedulerEvent } from '@lockkit/core';
+import {
+  type LockkitEvent,
+  type LockkitEventListener,
+  SCHEDULER_OUTCOMES,
+  type Scheduler,
+  type SchedulerEvent,
+} from '@lockkit/core';
 import {
   type Attributes,
   type Counter,
@@ -185,14 +191,6 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
   return {
     onEvent,
     observeScheduler(scheduler) {
-      const types = [
-        'ran',
-        'failed',
-        'skipped-held',
-        'skipped-done',
-        'missed',
-        'lease-lost',
-      ] as const;
       const listener = (event: SchedulerEvent) => {
         const outcome = event.type;
         m.runs.add(event.type === 'missed' ? event.ticks.length : 1, {
@@ -217,9 +215,9 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
           span.end(new Date(end));
         }
       };
-      for (const type of types) scheduler.on(type, listener as never);
+      for (const type of SCHEDULER_OUTCOMES) scheduler.on(type, listener as never);
       return () => {
-        for (const type of types) scheduler.off(type, listener as never);
+        for (const type of SCHEDULER_OUTCOMES) scheduler.off(type, listener as never);
       };
     },
   };

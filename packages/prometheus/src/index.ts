@@ -14,7 +14,13 @@
  *
  * @packageDocumentation
  */
-import type { LockkitEvent, LockkitEventListener, Scheduler, SchedulerEvent } from '@lockkit/core';
+import {
+  type LockkitEvent,
+  type LockkitEventListener,
+  SCHEDULER_OUTCOMES,
+  type Scheduler,
+  type SchedulerEvent,
+} from '@lockkit/core';
 import { Counter, Histogram, type Registry } from 'prom-client';
 
 /** Options of {@link lockkitPrometheus}. */
@@ -115,14 +121,6 @@ export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPro
   return {
     onEvent,
     observeScheduler(scheduler) {
-      const types = [
-        'ran',
-        'failed',
-        'skipped-held',
-        'skipped-done',
-        'missed',
-        'lease-lost',
-      ] as const;
       const listener = (event: SchedulerEvent) => {
         runs.inc(
           { job: event.job, outcome: event.type },
@@ -130,9 +128,9 @@ export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPro
         );
         if (event.type === 'ran') runSeconds.observe({ job: event.job }, event.durationMs / 1000);
       };
-      for (const type of types) scheduler.on(type, listener as never);
+      for (const type of SCHEDULER_OUTCOMES) scheduler.on(type, listener as never);
       return () => {
-        for (const type of types) scheduler.off(type, listener as never);
+        for (const type of SCHEDULER_OUTCOMES) scheduler.off(type, listener as never);
       };
     },
   };

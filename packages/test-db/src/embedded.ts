@@ -7,25 +7,20 @@
  * binaries from it. Then we run them from a copy in a 0755 temp folder. A spawn failure is
  * reported as a rejected promise, never as an unhandled 'error' event.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { chmod, chown, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
-import { tmpdir, userInfo } from 'node:os';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
+import { freePort, type Ids, postgresUserIds } from './os-support.js';
 
 /** A running embedded server; `stop()` shuts it down and deletes its data directory. */
 export interface EmbeddedServer {
   readonly url: string;
   readonly port: number;
   stop(): Promise<void>;
-}
-
-interface Ids {
-  readonly uid?: number;
-  readonly gid?: number;
 }
 
 async function binaryDirectory(): Promise<string> {
@@ -43,18 +38,6 @@ async function binaryDirectory(): Promise<string> {
   }
   const binaries = (await import(pathToFileURL(entry).href)) as { postgres: string };
   return dirname(dirname(binaries.postgres)); // …/native
-}
-
-function postgresUserIds(): Ids {
-  if (userInfo().uid !== 0) return {};
-  const read = (flag: string) => Number(execFileSync('id', [flag, 'postgres']).toString().trim());
-  try {
-    return { uid: read('-u'), gid: read('-g') };
-  } catch {
-    // Postgres refuses to run as root: make the user it can run as.
-    execFileSync('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
-    return { uid: read('-u'), gid: read('-g') };
-  }
 }
 
 function run(
@@ -103,20 +86,6 @@ async function reachableBinaries(
   await cp(native, copy, { recursive: true, verbatimSymlinks: true });
   await run(join(copy, 'bin', 'postgres'), ['--version'], ids);
   return { dir: copy, copy: true };
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => {
-        if (address && typeof address === 'object') resolve(address.port);
-        else reject(new Error('no port'));
-      });
-    });
-  });
 }
 
 async function waitReady(url: string, child: ChildProcess, deadline: number): Promise<void> {

@@ -10,10 +10,10 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir, userInfo } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { freePort, postgresUserIds } from './os-support.js';
 
 /** A running PgBouncer. */
 export interface PgBouncer {
@@ -38,28 +38,6 @@ export function findPgBouncer(): string | undefined {
   return [onPath, ...CANDIDATES].find((p) => p && existsSync(p));
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        address && typeof address === 'object'
-          ? resolve(address.port)
-          : reject(new Error('no port')),
-      );
-    });
-  });
-}
-
-function postgresIds(): { uid?: number; gid?: number } {
-  // PgBouncer refuses to run as root.
-  if (userInfo().uid !== 0) return {};
-  const read = (flag: string) => Number(execFileSync('id', [flag, 'postgres']).toString().trim());
-  return { uid: read('-u'), gid: read('-g') };
-}
-
 /** Starts PgBouncer in front of `databaseUrl`; rejects when the binary is missing or fails. */
 export async function startPgBouncer(databaseUrl: string): Promise<PgBouncer> {
   const binary = findPgBouncer();
@@ -72,7 +50,7 @@ export async function startPgBouncer(databaseUrl: string): Promise<PgBouncer> {
   if (!/^[\w.-]+$/.test(database) || !/^[\w.-]+$/.test(user) || !/^[\w.:-]+$/.test(host)) {
     throw new Error(`unexpected characters in ${databaseUrl}`);
   }
-  const ids = postgresIds();
+  const ids = postgresUserIds();
   const dir = await mkdtemp(join(tmpdir(), 'lockkit-pgbouncer-'));
   await chmod(dir, 0o755);
   if (ids.uid !== undefined && ids.gid !== undefined) await chown(dir, ids.uid, ids.gid);

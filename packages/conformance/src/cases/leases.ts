@@ -14,7 +14,7 @@ import {
 } from '@lockkit/core';
 import { expect, it } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
-import { caseIt, type Fixture } from '../suite.js';
+import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -22,30 +22,14 @@ export function leaseCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
 ): void {
-  /** A fresh schema with the lease tables, dropped after `fn`. */
-  const withSchema = async (
-    fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
-  ): Promise<void> => {
-    const f = fixture();
-    const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
-    const locks = createLockClient(f.instance.executor, { schema });
-    try {
-      await locks.migrate();
-      await fn(schema, locks);
-    } finally {
-      await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    }
-  };
+  const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
+    withLockkitSchema(fixture(), fn);
+
   const job = () => ({
     namespace: 'lockkit-conformance-leases',
     jobKey: randomBytes(8).toString('hex'),
   });
-  const test = (
-    id: Parameters<typeof caseIt>[1],
-    title: string,
-    fn: () => Promise<void>,
-    timeout?: number,
-  ) => caseIt(adapter, id, title, fn, timeout);
+  const test = casesOf(adapter);
 
   test(
     'leases.migrate-idempotent',

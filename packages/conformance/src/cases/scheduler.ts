@@ -4,7 +4,6 @@
  * processes — one of them killed mid-run.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import {
   createLockClient,
@@ -14,7 +13,7 @@ import {
 } from '@lockkit/core';
 import { expect, it } from 'vitest';
 import type { ConformanceAdapter } from '../harness.js';
-import { caseIt, type Fixture } from '../suite.js';
+import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const secondsAgo = (s: number) => new Date(Math.floor(Date.now() / 1000) * 1000 - s * 1000);
@@ -25,30 +24,11 @@ export function schedulerCases<Tx, Session>(
   fixture: () => Fixture<Tx, Session>,
   workerSeconds = 12,
 ): void {
-  const test = (
-    id: Parameters<typeof caseIt>[1],
-    title: string,
-    fn: () => Promise<void>,
-    timeout?: number,
-  ) => caseIt(adapter, id, title, fn, timeout);
+  const test = casesOf(adapter);
 
-  /** A fresh schema with lockkit's tables and an executions table, dropped after `fn`. */
-  const withSchema = async (
-    fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
-  ) => {
-    const f = fixture();
-    const schema = `lockkit_conf_${randomBytes(6).toString('hex')}`;
-    const locks = createLockClient(f.instance.executor, { schema });
-    try {
-      await locks.migrate();
-      await f.observer.query(
-        `CREATE TABLE "${schema}".executions (job text, tick timestamptz, worker text)`,
-      );
-      await fn(schema, locks);
-    } finally {
-      await f.observer.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    }
-  };
+  const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
+    withLockkitSchema(fixture(), fn, ['executions (job text, tick timestamptz, worker text)']);
+
   const ledger = (schema: string, job: string) =>
     fixture().observer.query<{
       tick: Date;

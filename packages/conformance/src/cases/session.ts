@@ -9,14 +9,13 @@ import {
 } from '@lockkit/core';
 import { expect } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
-import { caseIt, type Fixture } from '../suite.js';
+import { casesOf, type Fixture } from '../suite.js';
 
 export function sessionCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
 ): void {
-  const test = (id: Parameters<typeof caseIt>[1], title: string, fn: () => Promise<void>) =>
-    caseIt(adapter, id, title, fn);
+  const test = casesOf(adapter);
 
   test(
     'session.survives-commit',

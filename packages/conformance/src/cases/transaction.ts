@@ -19,18 +19,13 @@ import {
   randomKey,
   rejection,
 } from '../harness.js';
-import { caseIt, type Fixture } from '../suite.js';
+import { casesOf, type Fixture } from '../suite.js';
 
 export function transactionCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
 ): void {
-  const test = (
-    id: Parameters<typeof caseIt>[1],
-    title: string,
-    fn: () => Promise<void>,
-    timeout?: number,
-  ) => caseIt(adapter, id, title, fn, timeout);
+  const test = casesOf(adapter);
 
   test(
     'transaction.exactly-one-of-50',
