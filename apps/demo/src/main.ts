@@ -169,6 +169,7 @@ async function run(
   const setup = connect(o.adapter, url, schema);
   await setup.locks.migrate();
   await setup.close();
+  log(`tables ready in schema ${schema}`);
   await admin.query(
     `CREATE TABLE "${schema}".executions (job text NOT NULL, tick timestamptz NOT NULL, worker text NOT NULL)`,
   );

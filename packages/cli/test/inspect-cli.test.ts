@@ -233,3 +233,55 @@ describe('lockkit dashboard', () => {
     });
   });
 });
+
+describe('lockkit leases, runs and watch', () => {
+  it('show a held lease, the scheduler ledger, and the refreshed locks view', async () => {
+    const { createLockClient, createScheduler } = await import('@lockkit/core');
+    const { pgExecutor } = await import('@lockkit/pg');
+    const schema = `lockkit_cli_views_${Math.random().toString(36).slice(2, 8)}`;
+    const pool = new pg.Pool({ connectionString: testDatabaseBaseUrl(), max: 4 });
+    cleanups.push(async () => {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    });
+    const locks = createLockClient(pgExecutor(pool), { schema });
+    await locks.migrate();
+    // A finished tick and a failed one in the ledger, through the real scheduler.
+    const scheduler = createScheduler(locks);
+    scheduler.register('nightly', '* * * * * *', async (run) => {
+      if (run.tick.getSeconds() % 2 === 0) throw new Error('even seconds fail');
+    });
+    await scheduler.start();
+    await new Promise((r) => setTimeout(r, 2300));
+    await scheduler.stop();
+    const url = testDatabaseBaseUrl();
+    await locks.runWithLease(
+      'exports',
+      'monthly',
+      async () => {
+        const leases = run(['leases', '--url', url, '--schema', schema]);
+        expect(leases.status).toBe(0);
+        expect(leases.stdout).toMatch(/exports\/monthly\s+1\s+IN_PROGRESS\s+yes/);
+        const json = JSON.parse(
+          run(['leases', '--url', url, '--schema', schema, '--json']).stdout,
+        ) as { held: boolean; token: string }[];
+        expect(json).toEqual([expect.objectContaining({ held: true, token: '1' })]);
+      },
+      { heartbeat: false, ttlMs: 20_000 },
+    );
+    const runs = run(['runs', '--url', url, '--schema', schema]);
+    expect(runs.status).toBe(0);
+    expect(runs.stdout).toMatch(/nightly\s+\S+/);
+    expect(runs.stdout).toMatch(/SUCCEEDED|FAILED/);
+    const summary = JSON.parse(
+      run(['runs', '--url', url, '--schema', schema, '--json']).stdout,
+    ) as { jobs: { job: string; total: number }[] };
+    expect(summary.jobs).toEqual([
+      expect.objectContaining({ job: 'nightly', total: expect.any(Number) }),
+    ]);
+    expect(summary.jobs[0]?.total).toBeGreaterThanOrEqual(2);
+    const watch = run(['watch', '--url', url, '--interval', '100', '--iterations', '2']);
+    expect(watch.status).toBe(0);
+    expect(watch.stdout.match(/lock table:/g)).toHaveLength(2);
+  }, 30_000);
+});
