@@ -100,7 +100,7 @@ export interface ConformanceAdapter<Tx, Session> {
    */
   readonly workerModule?: string;
   /** Cases this adapter cannot pass, each with the reason shown in the skipped test's name. */
-  readonly disable?: { readonly [K in ConformanceCaseId]?: string };
+  readonly disable?: Partial<Readonly<Record<ConformanceCaseId, string>>>;
 }
 
 /** A random key no other test uses. */

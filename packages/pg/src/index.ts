@@ -33,6 +33,18 @@ export {
   pgExecutor,
 } from './executor.js';
 
+/**
+ * The client a pool hands out: `pg.PoolClient` for a `pg.Pool`. Read from the promise overload of
+ * `connect()`, which `pg.Pool` declares next to a callback overload.
+ */
+export type PgPoolClientOf<P> = P extends {
+  connect: { (): Promise<infer C>; (callback: never): void };
+}
+  ? C
+  : P extends { connect(): Promise<infer C> }
+    ? C
+    : PgPoolClientLike;
+
 /** Options of {@link createLockKit}: executor options plus the lock client's defaults. */
 export type PgLockKitOptions = PgExecutorOptions & LockClientOptions;
 
@@ -44,10 +56,10 @@ export type PgLockKitOptions = PgExecutorOptions & LockClientOptions;
  * Exactly one of the callers racing for a job runs it; the others get `{ executed: false }`
  * without waiting. See `LockClient` in `@lockkit/core` for every operation.
  */
-export function createLockKit<C extends PgPoolClientLike = PgPoolClientLike>(
-  pool: PgPoolLike & { connect(): Promise<C> },
+export function createLockKit<P extends PgPoolLike>(
+  pool: P,
   options?: PgLockKitOptions,
-): LockClient<C, C>;
+): LockClient<PgPoolClientOf<P>, PgPoolClientOf<P>>;
 export function createLockKit<C extends PgClientLike>(
   client: C,
   options?: PgLockKitOptions,
