@@ -4,7 +4,7 @@
  *
  * @packageDocumentation
  */
-import type { LockExecutor } from './executor.js';
+import { assertLockExecutor, type LockExecutor } from './executor.js';
 import { LOCK_TABLE_CAPACITY, SERVER_FACTS } from './sql/inspect.js';
 
 /** One check's outcome. */
@@ -56,6 +56,7 @@ export async function doctor(
   executor: LockExecutor,
   options: DoctorOptions = {},
 ): Promise<DoctorCheck[]> {
+  assertLockExecutor(executor);
   const now = options.now ?? Date.now;
   const sentAt = now();
   const [facts, capacity] = await executor.transaction(async ({ query }) => [

@@ -4,7 +4,7 @@
  *
  * @packageDocumentation
  */
-import type { LockExecutor, Row } from './executor.js';
+import { assertLockExecutor, type LockExecutor, type Row } from './executor.js';
 import { LockKey } from './keys.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import { quoteIdentifier } from './sql/identifiers.js';
@@ -147,6 +147,7 @@ export async function inspect(
   executor: LockExecutor,
   options: InspectOptions = {},
 ): Promise<Inspection> {
+  assertLockExecutor(executor);
   const schemaName = options.schema ?? 'lockkit';
   const schema = quoteIdentifier(schemaName);
   const warnAbove = options.warnAbove ?? 0.8;

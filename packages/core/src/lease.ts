@@ -395,6 +395,14 @@ export function leaseOperations<Tx>(
     lease: LeaseRef,
     task: (tx: Tx, query: QueryFn) => Promise<T> | T,
   ): Promise<T> {
+    // Refuse a malformed reference before any SQL, like every other entry point.
+    if (typeof lease !== 'object' || lease === null)
+      throw new LockkitError('OPTION_INVALID', 'The lease must be { namespace, jobKey, token }.');
+    LockKey.fromNames(lease.namespace, lease.jobKey);
+    if (typeof lease.token !== 'bigint' || lease.token < 1n || lease.token >= 2n ** 63n)
+      throw new LockkitError('OPTION_INVALID', 'The lease token must be a positive int8 bigint.');
+    if (typeof task !== 'function')
+      throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
     const fence = fenceStatement(schema, lease.namespace, lease.jobKey, lease.token);
     return executor.transaction(async ({ query, tx }) => {
       const rows = await query(fence.text, fence.params);

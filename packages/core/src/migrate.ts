@@ -4,7 +4,7 @@
  *
  * @packageDocumentation
  */
-import type { LockExecutor } from './executor.js';
+import { assertLockExecutor, type LockExecutor } from './executor.js';
 import { LockKey } from './keys.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { lockStatement } from './sql/locks.js';
@@ -47,6 +47,7 @@ export async function migrate(
   executor: LockExecutor,
   options: { readonly schema?: string } = {},
 ): Promise<MigrationResult> {
+  assertLockExecutor(executor);
   const schemaName = options.schema ?? DEFAULT_SCHEMA;
   const schema = quoteIdentifier(schemaName);
   const guard = lockStatement(

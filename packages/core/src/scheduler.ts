@@ -277,6 +277,13 @@ export class Scheduler<Tx> {
     if (typeof handler !== 'function')
       throw new LockkitError('OPTION_INVALID', 'the handler must be a function.');
     let parsed: Cron;
+    if (options.timezone !== undefined && typeof options.timezone !== 'string')
+      throw new LockkitError('OPTION_INVALID', `job "${name}": timezone must be an IANA name.`);
+    if (typeof cron !== 'string')
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `job "${name}": the cron expression must be a string.`,
+      );
     try {
       parsed = new Cron(cron, {
         paused: true,
