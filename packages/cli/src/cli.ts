@@ -8,7 +8,7 @@ import { pgExecutor } from '@lockkit/pg';
 import pg from 'pg';
 import * as commands from './commands.js';
 import { startDashboard } from './dashboard.js';
-import { redact } from './table.js';
+import { redact, redactCredentials } from './table.js';
 
 const USAGE = `Usage: lockkit <command> [options]
 
@@ -34,7 +34,7 @@ Options:
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
 const fail = (text: string, code: number) => {
-  process.stderr.write(`lockkit: ${text}\n`);
+  process.stderr.write(`lockkit: ${redactCredentials(text)}\n`);
   return code;
 };
 
@@ -123,7 +123,8 @@ async function main(argv: readonly string[]): Promise<number> {
     try {
       await client.connect();
     } catch (error) {
-      if (values.verbose) process.stderr.write(`${(error as Error).stack}\n`);
+      if (values.verbose)
+        process.stderr.write(`${redactCredentials(String((error as Error).stack))}\n`);
       return fail(describe(error, url), 1);
     }
     try {
@@ -179,7 +180,8 @@ async function main(argv: readonly string[]): Promise<number> {
       await client.end().catch(() => {});
     }
   } catch (error) {
-    if (values.verbose) process.stderr.write(`${(error as Error).stack}\n`);
+    if (values.verbose)
+      process.stderr.write(`${redactCredentials(String((error as Error).stack))}\n`);
     const code =
       isLockkitError(error) && (error.code === 'OPTION_INVALID' || error.code.startsWith('KEY_'))
         ? 2

@@ -31,6 +31,14 @@ export function when(date: Date | null): string {
   return date ? date.toISOString().replace(/\.\d{3}Z$/, 'Z') : '-';
 }
 
+/**
+ * `text` with the password of every `scheme://user:password@` in it replaced: whatever the user
+ * typed may be echoed in a message (an unknown command, a bad value), a password never.
+ */
+export function redactCredentials(text: string): string {
+  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@]*@/gi, '$1***@');
+}
+
 /** A URL with any password replaced: URLs are echoed in messages, passwords never. */
 export function redact(url: string): string {
   try {
