@@ -20,6 +20,12 @@ import { freePort, type Ids, postgresUserIds } from './os-support.js';
 export interface EmbeddedServer {
   readonly url: string;
   readonly port: number;
+  /**
+   * Stops the server and starts it again on the same data directory and port, for fault tests.
+   * `'fast'` is a clean fast shutdown (SIGINT); `'immediate'` is SIGQUIT, which ends every
+   * backend at once and makes the next start run crash recovery, like a server crash.
+   */
+  restart(mode?: 'fast' | 'immediate'): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -116,6 +122,12 @@ export async function startEmbeddedPostgres(
      * says about a standby.
      */
     readonly standby?: boolean;
+    /**
+     * Keep `synchronous_commit` on, so that a committed transaction survives an immediate
+     * shutdown ({@link EmbeddedServer.restart} `'immediate'`), as on a production server. Off by
+     * default: the other tests trade that for speed.
+     */
+    readonly durable?: boolean;
   } = {},
 ): Promise<EmbeddedServer> {
   const ids = postgresUserIds();
@@ -163,45 +175,62 @@ export async function startEmbeddedPostgres(
     '-c',
     'fsync=off',
     '-c',
-    'synchronous_commit=off',
+    `synchronous_commit=${options.durable ? 'on' : 'off'}`,
     '-c',
     'full_page_writes=off',
   ];
-  const child = spawn(join(binaries.dir, 'bin', 'postgres'), args, {
-    ...ids,
-    env,
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let log = '';
-  child.stderr?.on('data', (chunk: Buffer) => {
-    log = (log + chunk.toString()).slice(-4000);
-  });
-  const spawnFailed = new Promise<never>((_, reject) => child.once('error', reject));
-  spawnFailed.catch(() => {});
+  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  const launch = async (): Promise<ChildProcess> => {
+    const child = spawn(join(binaries.dir, 'bin', 'postgres'), args, {
+      ...ids,
+      env,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let log = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      log = (log + chunk.toString()).slice(-4000);
+    });
+    const spawnFailed = new Promise<never>((_, reject) => child.once('error', reject));
+    spawnFailed.catch(() => {});
+    try {
+      await Promise.race([waitReady(url, child, Date.now() + 30_000), spawnFailed]);
+      return child;
+    } catch (error) {
+      child.kill('SIGKILL');
+      throw new Error(`embedded postgres did not start: ${String(error)}\n${log}`, {
+        cause: error,
+      });
+    }
+  };
+  const halt = async (child: ChildProcess, signal: 'SIGINT' | 'SIGQUIT') => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill(signal);
+    await exited;
+  };
+  let child: ChildProcess;
   // If the test process dies, do not leave a server behind.
   const killOnExit = () => child.kill('SIGINT');
-  process.once('exit', killOnExit);
-  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   try {
-    await Promise.race([waitReady(url, child, Date.now() + 30_000), spawnFailed]);
+    child = await launch();
   } catch (error) {
-    child.kill('SIGKILL');
-    process.removeListener('exit', killOnExit);
     await cleanup();
-    throw new Error(`embedded postgres did not start: ${String(error)}\n${log}`, { cause: error });
+    throw error;
   }
+  process.once('exit', killOnExit);
   let stopped: Promise<void> | undefined;
   return {
     url,
     port,
+    async restart(mode = 'fast') {
+      if (stopped) throw new Error('the embedded server was stopped');
+      await halt(child, mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
+      child = await launch();
+    },
     stop() {
       stopped ??= (async () => {
         process.removeListener('exit', killOnExit);
-        if (child.exitCode === null && child.signalCode === null) {
-          const exited = new Promise((r) => child.once('exit', r));
-          child.kill('SIGINT'); // fast shutdown
-          await exited;
-        }
+        await halt(child, 'SIGINT'); // fast shutdown
         await cleanup();
       })();
       return stopped;

@@ -39,4 +39,28 @@ describe('startEmbeddedPostgres', () => {
     late.on('error', () => {});
     await expect(late.connect()).rejects.toThrow();
   });
+
+  it('restarts on the same data and port, cutting every connection, fast or like a crash', async () => {
+    const server = await startEmbeddedPostgres({ durable: true });
+    try {
+      const client = new pg.Client({ connectionString: server.url });
+      client.on('error', () => {});
+      await client.connect();
+      await client.query('CREATE TABLE kept (id int); INSERT INTO kept VALUES (1)');
+      const ended = new Promise((resolve) => client.once('end', resolve));
+      await server.restart('immediate');
+      await ended; // the old connection was cut
+      for (const mode of ['fast', 'immediate'] as const) {
+        if (mode === 'fast') await server.restart(mode);
+        const again = new pg.Client({ connectionString: server.url });
+        again.on('error', () => {});
+        await again.connect();
+        const { rows } = await again.query<{ n: number }>('SELECT count(*)::int AS n FROM kept');
+        await again.end();
+        expect(rows[0]?.n).toBe(1);
+      }
+    } finally {
+      await server.stop();
+    }
+  });
 });
