@@ -22,10 +22,11 @@ export function connect(
   adapter: AdapterName,
   url: string,
   schema: string,
+  poolSize = 6,
 ): { locks: LockClient<unknown, unknown>; close(): Promise<void> } {
   switch (adapter) {
     case 'pg': {
-      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      const pool = new pg.Pool({ connectionString: url, max: poolSize });
       pool.on('error', () => {});
       return {
         locks: pgKit(pool, { schema }) as LockClient<unknown, unknown>,
@@ -33,14 +34,14 @@ export function connect(
       };
     }
     case 'postgres': {
-      const sql = postgres(url, { max: 6, onnotice: () => {} });
+      const sql = postgres(url, { max: poolSize, onnotice: () => {} });
       return {
         locks: postgresKit(sql, { schema }) as LockClient<unknown, unknown>,
         close: () => sql.end({ timeout: 5 }),
       };
     }
     case 'drizzle': {
-      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      const pool = new pg.Pool({ connectionString: url, max: poolSize });
       pool.on('error', () => {});
       return {
         locks: drizzleKit(drizzle(pool), { schema }) as LockClient<unknown, unknown>,
@@ -54,7 +55,7 @@ export function connect(
           adapter: PrismaPg;
         }) => Parameters<typeof prismaKit>[0] & { $disconnect(): Promise<void> };
       };
-      const pool = new pg.Pool({ connectionString: url, max: 6 });
+      const pool = new pg.Pool({ connectionString: url, max: poolSize });
       pool.on('error', () => {});
       const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
       return {

@@ -10,6 +10,7 @@
  * @packageDocumentation
  */
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { Cron } from 'croner';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
@@ -205,17 +206,16 @@ function count(value: unknown, name: string, min: number, fallback: number): num
   return v;
 }
 
+/** Waits `ms`, or until `signal` aborts; either way its listener is gone afterwards. */
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
   });
 
 /**
@@ -254,6 +254,8 @@ export class Scheduler<Tx> {
     this.schema = quoteIdentifier(locks.schema);
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.now = options.now ?? Date.now;
+    // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
+    setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
     this.graceMs = count(options.catchUpGraceMs, 'catchUpGraceMs', 0, 2000);
   }
