@@ -24,6 +24,7 @@ import {
   planFaults,
 } from './chaos-plan.js';
 import { type FaultProxy, startFaultProxy } from './fault-proxy.js';
+import { adapterOption, integerOption } from './options.js';
 
 const USAGE = `Usage: pnpm chaos [options]
   --ticks N        judged ticks to run, summed over the jobs (default 600)
@@ -63,15 +64,8 @@ function options(): Options {
     process.stdout.write(USAGE);
     process.exit(0);
   }
-  const int = (name: string, raw: string, min: number, max: number) => {
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < min || n > max)
-      throw new Error(`--${name} must be an integer from ${min} to ${max}`);
-    return n;
-  };
-  const adapter = values.adapter as AdapterName;
-  if (!ADAPTERS.includes(adapter))
-    throw new Error(`--adapter must be one of ${ADAPTERS.join(', ')}`);
+  const int = integerOption;
+  const adapter = adapterOption(values.adapter);
   return {
     ticks: int('ticks', values.ticks, 10, 1_000_000),
     jobs: int('jobs', values.jobs, 1, 50),

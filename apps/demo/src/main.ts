@@ -16,6 +16,7 @@ import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import pg from 'pg';
 import { ADAPTERS, type AdapterName, connect } from './adapters.js';
 import { JOBS } from './jobs.js';
+import { adapterOption, integerOption } from './options.js';
 
 const USAGE = `Usage: pnpm demo [options]
   --workers N        worker processes (default 4)
@@ -57,16 +58,9 @@ function options(): Options {
     process.stdout.write(USAGE);
     process.exit(0);
   }
-  const int = (name: string, raw: string, min: number, max: number) => {
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n < min || n > max)
-      throw new Error(`--${name} must be an integer from ${min} to ${max}`);
-    return n;
-  };
+  const int = integerOption;
   const workers = int('workers', values.workers, 1, 32);
-  const adapter = values.adapter as AdapterName;
-  if (!ADAPTERS.includes(adapter))
-    throw new Error(`--adapter must be one of ${ADAPTERS.join(', ')}`);
+  const adapter = adapterOption(values.adapter);
   const kill =
     values.kill === 'auto' || values.kill === 'none'
       ? values.kill
