@@ -112,7 +112,13 @@ interface AppliedFault {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function main(): Promise<void> {
-  const o = options();
+  let o: Options;
+  try {
+    o = options();
+  } catch (error) {
+    process.stderr.write(`pnpm chaos: ${(error as Error).message}\n${USAGE}`);
+    process.exit(2);
+  }
   const log = (line: string) => {
     if (!o.json) process.stdout.write(`${line}\n`);
   };
