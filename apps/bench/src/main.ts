@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit } from '@lockkit/pg';
@@ -19,9 +20,49 @@ import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
+import { countRoundTrips, type RoundTrips } from './round-trips.js';
+
+// node-redlock 4 ships no types: the part of it the bench uses.
+const Redlock = createRequire(import.meta.url)('redlock') as new (
+  clients: Redis[],
+  options: { retryCount: number },
+) => { lock(resource: string, ttlMs: number): Promise<{ unlock(): Promise<unknown> }> };
+
+// npm advisory-lock is CommonJS with `exports.default`: the part of it the bench uses.
+const advisoryLock = (
+  createRequire(import.meta.url)('advisory-lock') as {
+    default: (url: string) => (name: string) => {
+      tryLock(): Promise<(() => Promise<void>) | undefined>;
+    };
+  }
+).default;
+
+/** Redis on this machine, or the reason the Redis rows are left out. */
+async function connectRedis(): Promise<Redis | string> {
+  const url = process.env.LOCKKIT_BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 1000,
+  });
+  redis.on('error', () => {});
+  try {
+    await redis.connect();
+    await redis.ping();
+    return redis;
+  } catch (error) {
+    redis.disconnect();
+    return `no Redis answered at ${url} (${(error as Error).message})`;
+  }
+}
+
+/** Releases a Redis lock only if it is still ours. */
+const RELEASE =
+  "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 // The JavaScript flavour of a generated client (prisma/schema.prisma), made by the build.
 const { PrismaClient } = createRequire(import.meta.url)('../generated-js/index.js') as {
@@ -37,8 +78,15 @@ const { PrismaClient } = createRequire(import.meta.url)('../generated-js/index.j
   };
 };
 
-const ms = Number(process.env.LOCKKIT_BENCH_MS ?? 1500);
-const rounds = Number(process.env.LOCKKIT_BENCH_ROUNDS ?? 3);
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+  },
+});
+// --quick: a few seconds per case, for a look; the table's ratios are then rough.
+const ms = Number(process.env.LOCKKIT_BENCH_MS ?? (flags.quick ? 300 : 1500));
+const rounds = Number(process.env.LOCKKIT_BENCH_ROUNDS ?? (flags.quick ? 1 : 3));
 const clientCounts = (process.env.LOCKKIT_BENCH_CLIENTS ?? '1,16').split(',').map(Number);
 
 interface Scenario {
@@ -46,16 +94,56 @@ interface Scenario {
   readonly operation: Operation;
 }
 
+/** Which path, and which decision, each row measures: for `--json`. */
+const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip' | 'hot' }> = {
+  'seed reference (connect, BEGIN, try-lock, COMMIT)': { path: 'seed reference', kind: 'run' },
+  'hand-written: BEGIN+try-lock in one query, COMMIT': { path: 'hand-written 2-trip', kind: 'run' },
+  'lockkit runExclusiveJob, run decision': { path: '@lockkit/pg', kind: 'run' },
+  'lockkit runExclusiveJob, skip decision': { path: '@lockkit/pg', kind: 'skip' },
+  'lockkit runExclusiveJob, one hot key': { path: '@lockkit/pg', kind: 'hot' },
+  'lockkit oneRoundTripSkip, skip decision': { path: '@lockkit/pg oneRoundTripSkip', kind: 'skip' },
+  'lockkit oneRoundTripSkip, one hot key': { path: '@lockkit/pg oneRoundTripSkip', kind: 'hot' },
+  'npm advisory-lock tryLock + unlock (a connection per lock)': {
+    path: 'npm advisory-lock',
+    kind: 'run',
+  },
+  'Redis SET NX PX + Lua release, run decision': {
+    path: 'Redis SET NX PX + Lua release',
+    kind: 'run',
+  },
+  'Redis SET NX PX, one hot key': { path: 'Redis SET NX PX + Lua release', kind: 'hot' },
+  'node-redlock 4 lock + unlock, run decision': { path: 'node-redlock 4', kind: 'run' },
+  'node-redlock 4, one hot key': { path: 'node-redlock 4', kind: 'hot' },
+  '@lockkit/postgres runExclusiveJob, run decision': { path: '@lockkit/postgres', kind: 'run' },
+  '@lockkit/postgres runExclusiveJob, skip decision': { path: '@lockkit/postgres', kind: 'skip' },
+  '@lockkit/drizzle (node-postgres) runExclusiveJob, run decision': {
+    path: '@lockkit/drizzle (node-postgres)',
+    kind: 'run',
+  },
+};
+
 async function main(): Promise<void> {
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
   const url = process.env.DATABASE_URL ?? (embedded?.url as string);
   const namespace = `bench-${randomBytes(4).toString('hex')}`;
   const lines: string[] = [];
+  const notes = new Set<string>();
+  /** × floor per path and decision, by client count: for `--json`. */
+  const ratios = new Map<string, Record<string, number>>();
+  let roundTrips = new Map<string, RoundTrips>();
   try {
+    roundTrips = await countRoundTrips(url);
     for (const clients of clientCounts) {
       const pool = new pg.Pool({ connectionString: url, max: clients });
       pool.on('error', () => {});
       const locks = createLockKit(pool);
+      const oneTripLocks = createLockKit(pool, { oneRoundTripSkip: true });
+      const redis = await connectRedis();
+      if (typeof redis === 'string') notes.add(`Redis rows left out: ${redis}`);
+      const redlock =
+        typeof redis === 'string' ? undefined : new Redlock([redis], { retryCount: 0 });
+      const redisPrefix = `lockkit-bench-${randomBytes(4).toString('hex')}`;
+      const createMutex = advisoryLock(url);
       const sql = postgres(url, { max: clients, onnotice: () => {} });
       const pjsLocks = createPostgresLockKit(sql);
       const drizzlePgLocks = createDrizzleLockKit(drizzleNodePostgres(pool));
@@ -119,6 +207,58 @@ async function main(): Promise<void> {
           operation: () => locks.runExclusiveJob(namespace, 'hot', async () => {}),
         },
         {
+          name: 'lockkit oneRoundTripSkip, skip decision',
+          operation: (client) =>
+            oneTripLocks.runExclusiveJob(namespace, skipJobs[client] as string, async () => {}),
+        },
+        {
+          name: 'lockkit oneRoundTripSkip, one hot key',
+          operation: () => oneTripLocks.runExclusiveJob(namespace, 'hot', async () => {}),
+        },
+        {
+          name: 'npm advisory-lock tryLock + unlock (a connection per lock)',
+          operation: async (client) => {
+            const unlock = await createMutex(`${namespace}-adv-${client}`).tryLock();
+            await unlock?.();
+          },
+        },
+        ...(typeof redis === 'string' || !redlock
+          ? []
+          : [
+              {
+                name: 'Redis SET NX PX + Lua release, run decision',
+                operation: async (client: number) => {
+                  const key = `${redisPrefix}:run:${client}`;
+                  if ((await redis.set(key, 'me', 'PX', 10_000, 'NX')) === 'OK')
+                    await redis.eval(RELEASE, 1, key, 'me');
+                },
+              },
+              {
+                name: 'Redis SET NX PX, one hot key',
+                operation: async () => {
+                  const key = `${redisPrefix}:hot`;
+                  if ((await redis.set(key, 'me', 'PX', 10_000, 'NX')) === 'OK')
+                    await redis.eval(RELEASE, 1, key, 'me');
+                },
+              },
+              {
+                name: 'node-redlock 4 lock + unlock, run decision',
+                operation: async (client: number) => {
+                  const lock = await redlock.lock(`${redisPrefix}:redlock:${client}`, 10_000);
+                  await lock.unlock();
+                },
+              },
+              {
+                name: 'node-redlock 4, one hot key',
+                operation: async () => {
+                  const lock = await redlock
+                    .lock(`${redisPrefix}:redlock:hot`, 10_000)
+                    .catch(() => undefined);
+                  await lock?.unlock();
+                },
+              },
+            ]),
+        {
           name: 'postgres.js sql.begin reference (BEGIN awaited, try-lock, COMMIT)',
           operation: (client) => {
             const [k1, k2] = referenceKeys[client] as [number, number];
@@ -167,12 +307,17 @@ async function main(): Promise<void> {
         skipJobs[0] as string,
         async () => 1,
       );
+      const oneTripSkip = await oneTripLocks.runExclusiveJob(
+        namespace,
+        skipJobs[0] as string,
+        async () => 1,
+      );
       const pjsSkip = await pjsLocks.runExclusiveJob(
         namespace,
         skipJobs[0] as string,
         async () => 1,
       );
-      if (!probeRun.executed || probeSkip.executed || pjsSkip.executed) {
+      if (!probeRun.executed || probeSkip.executed || pjsSkip.executed || oneTripSkip.executed) {
         throw new Error('bench scenarios are not what they claim');
       }
       for (const s of scenarios) await measure(s.operation, clients, 200); // warm-up
@@ -181,6 +326,7 @@ async function main(): Promise<void> {
         for (const s of scenarios) runs.get(s.name)?.push(await measure(s.operation, clients, ms));
       }
       await holder.end();
+      if (typeof redis !== 'string') redis.disconnect();
       await pool.end();
       await sql.end({ timeout: 5 });
       await prisma.$disconnect();
@@ -191,6 +337,12 @@ async function main(): Promise<void> {
       const reference = opsPerSecond((results[1] as { m: Measurement }).m);
       for (const { name, m } of results) {
         const ops = opsPerSecond(m);
+        const row = ROWS[name];
+        if (row) {
+          const entry = ratios.get(row.path) ?? {};
+          entry[`${row.kind}${clients}`] = Number((ops / floor).toFixed(3));
+          ratios.set(row.path, entry);
+        }
         lines.push(
           `| ${clients} | ${name} | ${Math.round(ops)} | ${percentile(m.latenciesMs, 50).toFixed(3)} | ${percentile(m.latenciesMs, 99).toFixed(3)} | ${(ops / floor).toFixed(2)} | ${(ops / reference).toFixed(2)} |`,
         );
@@ -206,6 +358,30 @@ async function main(): Promise<void> {
   console.log('| clients | path | ops/s | p50 ms | p99 ms | × floor | × reference |');
   console.log('|---|---|---|---|---|---|---|');
   for (const line of lines) console.log(line);
+  for (const note of notes) console.log(`\nNote: ${note}`);
+  console.log('\nRound trips per decision (run / skip), counted on the wire unless marked:');
+  for (const [path, rt] of roundTrips) {
+    console.log(
+      `  ${path}: ${rt.run} / ${rt.skip}${rt.counted === 'protocol' ? ' (by protocol)' : ''}`,
+    );
+  }
+  if (flags.json) {
+    const cases: Record<string, unknown> = {};
+    for (const path of new Set([...roundTrips.keys(), ...ratios.keys()])) {
+      const r = ratios.get(path) ?? {};
+      const rt = roundTrips.get(path);
+      cases[path] = {
+        rtRun: rt?.run ?? null,
+        rtSkip: rt?.skip ?? null,
+        ratio1: r.run1 ?? null,
+        ratio16: r.run16 ?? null,
+        ratioSkip1: r.skip1 ?? null,
+        ratioSkip16: r.skip16 ?? null,
+        ratioHot16: r.hot16 ?? null,
+      };
+    }
+    console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases }));
+  }
 }
 
 main().catch((error: unknown) => {

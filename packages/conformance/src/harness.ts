@@ -31,6 +31,7 @@ export type ConformanceCaseId =
   | 'session.unlocked-behind-our-back'
   | 'session.terminated-holder'
   | 'pipelining.two-round-trips'
+  | 'pipelining.one-trip-skip'
   | 'robustness.counter-fuzz'
   | 'robustness.mixed-operations'
   | 'leases.migrate-idempotent'

@@ -17,6 +17,11 @@ export interface RoundTripProxy {
   roundTrips(): number;
   /** Query ('Q') and Sync ('S') messages sent by clients so far: at least one per round trip. */
   clientSyncs(): number;
+  /**
+   * The transaction status of the last ReadyForQuery the server sent through the proxy: `'I'`
+   * idle, `'T'` in a transaction block, `'E'` in a failed one.
+   */
+  lastTransactionStatus(): string | undefined;
   close(): Promise<void>;
 }
 
@@ -26,7 +31,7 @@ class MessageCounter {
   private started: boolean;
 
   constructor(
-    private readonly onMessage: (type: number) => void,
+    private readonly onMessage: (type: number, firstByte: number | undefined) => void,
     // The client's first message (startup) has no type byte.
     hasUntypedStartup: boolean,
   ) {
@@ -47,7 +52,7 @@ class MessageCounter {
       if (this.buffer.length < 5) return;
       const length = this.buffer.readInt32BE(1);
       if (this.buffer.length < 1 + length) return;
-      this.onMessage(this.buffer[0] as number);
+      this.onMessage(this.buffer[0] as number, length > 4 ? this.buffer[5] : undefined);
       this.buffer = this.buffer.subarray(1 + length);
     }
   }
@@ -60,6 +65,7 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
   const port = Number(target.port || 5432);
   let trips = 0;
   let syncs = 0;
+  let status: string | undefined;
   const sockets = new Set<Socket>();
   const server: Server = createServer((client) => {
     const upstream = connect(port, host);
@@ -67,9 +73,11 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
     sockets.add(upstream);
     // Answers this connection's client is still waiting for.
     let outstanding = 0;
-    const fromServer = new MessageCounter((type) => {
+    const fromServer = new MessageCounter((type, firstByte) => {
+      if (type !== 0x5a /* Z */) return;
       // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
-      if (type === 0x5a /* Z */) outstanding = Math.max(0, outstanding - 1);
+      outstanding = Math.max(0, outstanding - 1);
+      if (firstByte !== undefined) status = String.fromCharCode(firstByte);
     }, false);
     const fromClient = new MessageCounter((type) => {
       if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
@@ -107,6 +115,7 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
     url: url.toString(),
     roundTrips: () => trips,
     clientSyncs: () => syncs,
+    lastTransactionStatus: () => status,
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();

@@ -102,14 +102,31 @@ export interface LockExecutor<Tx = unknown, Session = unknown> {
     first: string,
     fn: (ctx: TransactionContext<Tx>, firstRows: Row[]) => Promise<T>,
   ): Promise<T>;
+
+  /**
+   * Optional: the statement-then-BEGIN capability, behind one-round-trip skips
+   * (`LockClientOptions.oneRoundTripSkip`). Sends `${first}; BEGIN` as ONE simple-protocol query.
+   * Postgres runs both in an implicit transaction block, which the BEGIN turns into the explicit
+   * transaction: when the query succeeds, `fn` runs inside that transaction (with the rows of
+   * `first`), followed by COMMIT — or ROLLBACK when `fn` rejects — as in
+   * {@link LockExecutor.pipelinedTransaction}. When the query fails, Postgres has rolled the block
+   * back and skipped the BEGIN, so the connection is idle and clean: the executor must send no
+   * ROLLBACK, must give the connection back as healthy, and must rethrow the driver's error
+   * unchanged (core reads it). `first` has no parameters, like `pipelinedTransaction`'s.
+   */
+  firstThenBegin?<T>(
+    first: string,
+    fn: (ctx: TransactionContext<Tx>, firstRows: Row[]) => Promise<T>,
+  ): Promise<T>;
 }
 
 /** The optional capabilities an executor may have. */
-export type ExecutorCapability = 'session' | 'pipelinedTransaction';
+export type ExecutorCapability = 'session' | 'pipelinedTransaction' | 'firstThenBegin';
 
 const CAPABILITY_DESCRIPTIONS: Record<ExecutorCapability, string> = {
   session: 'session-scoped operations (a dedicated connection outside any transaction)',
   pipelinedTransaction: 'sending BEGIN and the first statement in one round trip',
+  firstThenBegin: 'sending a statement and then BEGIN in one round trip (one-round-trip skips)',
 };
 
 /** True when `executor` implements `capability`. */
@@ -153,7 +170,7 @@ export function assertLockExecutor(value: unknown): asserts value is LockExecuto
       `The ${candidate.name} executor has no transaction() method.`,
     );
   }
-  for (const optional of ['session', 'pipelinedTransaction'] as const) {
+  for (const optional of ['session', 'pipelinedTransaction', 'firstThenBegin'] as const) {
     const method = candidate[optional];
     if (method !== undefined && typeof method !== 'function') {
       throw new LockkitError(

@@ -35,8 +35,10 @@ import {
   inlineTryLockStatement,
   type LockMode,
   lockStatement,
+  oneTripTryLockStatement,
   ROLLBACK,
   type SettingValue,
+  SKIP_MARKER,
   unlockStatement,
 } from './sql/locks.js';
 
@@ -184,6 +186,16 @@ export interface LockClientOptions {
    * (`@lockkit/otel`). Without it no event is built.
    */
   readonly onEvent?: LockkitEventListener;
+  /**
+   * Decide a skip (the key held elsewhere) in one round trip instead of two, where the executor
+   * has the `firstThenBegin` capability (`@lockkit/pg`); elsewhere this changes nothing. The
+   * try-lock and BEGIN travel as one query that fails when the lock is taken, so that no
+   * transaction is ever opened for a skip. The cost: each skip is a failed statement on the
+   * server — an ERROR line (and, with the default `log_min_error_statement`, the statement) in
+   * its log, and a rolled-back transaction in `pg_stat_database`. The run path is unchanged:
+   * 2 round trips. Default `false`.
+   */
+  readonly oneRoundTripSkip?: boolean;
 }
 
 const SKIPPED: JobResult<never> = Object.freeze({ executed: false });
@@ -223,6 +235,15 @@ function tryLockOpening(key: LockKey, mode: LockMode, settings: readonly Setting
     plainTryLocks.set(key, text);
   }
   return text;
+}
+
+/** The failure a one-round-trip try-lock raises for a lock held elsewhere: a skip, not an error. */
+function isSkipMarker(error: unknown): boolean {
+  return (
+    sqlState(error) === '22P02' &&
+    error instanceof Error &&
+    error.message.includes(`"${SKIP_MARKER}"`)
+  );
 }
 
 /** Marks an error thrown by the user's task, so that it is rethrown unchanged. */
@@ -356,6 +377,9 @@ export function createLockClient<Tx, Session>(
 ): LockClient<Tx, Session> {
   assertLockExecutor(executor);
   const emit = emitter(options.onEvent);
+  if (options.oneRoundTripSkip !== undefined && typeof options.oneRoundTripSkip !== 'boolean')
+    throw new LockkitError('OPTION_INVALID', 'oneRoundTripSkip must be a boolean.');
+  const oneTripSkips = options.oneRoundTripSkip === true && executor.firstThenBegin !== undefined;
   const defaults: LockClientOptions = {
     ...(options.statementTimeoutMs !== undefined && {
       statementTimeoutMs: checkMilliseconds(options.statementTimeoutMs, 'statementTimeoutMs', 0),
@@ -424,9 +448,12 @@ export function createLockClient<Tx, Session>(
     const settings: SettingValue[] = [...p.settings];
     if (p.wait && p.timeoutMs !== undefined) settings.unshift(['lock_timeout', p.timeoutMs]);
     // Waiting: first statement sets the timeouts and reports the pid; try: it takes the lock.
+    const oneTrip = oneTripSkips && !p.wait;
     const opening = p.wait
       ? inlinePrepareStatement(settings)
-      : tryLockOpening(key, p.mode, settings);
+      : oneTrip
+        ? oneTripTryLockStatement(key, p.mode, settings)
+        : tryLockOpening(key, p.mode, settings);
 
     const tracker = track(emit, key, 'transaction', p.mode, p.wait);
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
@@ -445,12 +472,19 @@ export function createLockClient<Tx, Session>(
     };
 
     try {
-      const result = executor.pipelinedTransaction
-        ? await executor.pipelinedTransaction(opening, body)
-        : await executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+      const result =
+        oneTrip && executor.firstThenBegin
+          ? await executor.firstThenBegin(opening, body)
+          : executor.pipelinedTransaction
+            ? await executor.pipelinedTransaction(opening, body)
+            : await executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
       if (result.executed) tracker.settled(undefined);
       return result;
     } catch (error) {
+      if (oneTrip && connection === undefined && isSkipMarker(error)) {
+        tracker.skipped();
+        return SKIPPED;
+      }
       const classified = classify(error, what, connection, p.signal);
       tracker.settled(classified);
       throw classified;

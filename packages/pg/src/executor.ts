@@ -67,6 +67,7 @@ interface Lease<C extends PgClientLike> {
 function watch(client: PgClientLike): {
   signal: AbortSignal;
   query: QueryFn;
+  queryFirstRows: (text: string) => Promise<Row[]>;
   unwatch: () => void;
 } {
   const controller = new AbortController();
@@ -76,18 +77,26 @@ function watch(client: PgClientLike): {
   // crash the process; with one, the task learns of it through its signal.
   client.on('error', onError);
   client.on('end', onEnd);
-  const query: QueryFn = async (text, params) => {
+  // A multi-statement simple query yields one result per statement: `pick` chooses whose rows.
+  const run = async (
+    text: string,
+    params: readonly unknown[] | undefined,
+    pick: 'first' | 'last',
+  ) => {
     try {
       const result = await client.query(text, params === undefined ? undefined : [...params]);
-      return (Array.isArray(result) ? (result.at(-1)?.rows ?? []) : result.rows) as Row[];
+      if (!Array.isArray(result)) return result.rows as Row[];
+      return ((pick === 'first' ? result[0] : result.at(-1))?.rows ?? []) as Row[];
     } catch (error) {
       if (isConnectionError(error)) controller.abort(error);
       throw error;
     }
   };
+  const query: QueryFn = (text, params) => run(text, params, 'last');
   return {
     signal: controller.signal,
     query,
+    queryFirstRows: (text) => run(text, undefined, 'first'),
     unwatch: () => {
       client.removeListener('error', onError);
       client.removeListener('end', onEnd);
@@ -109,7 +118,7 @@ function isPool(handle: PgPoolLike | PgClientLike): handle is PgPoolLike {
  * it, so two tasks never share the connection at once).
  *
  * Capabilities: transaction, session, pipelined BEGIN + first statement (one simple-protocol
- * round trip).
+ * round trip), and a first statement + BEGIN in one round trip (one-round-trip skips).
  *
  * @example
  * ```ts
@@ -136,13 +145,23 @@ export function pgExecutor(
   async function inTransaction<T>(
     opening: string | undefined,
     fn: (ctx: TransactionContext<PgClientLike>, openingRows: Row[]) => Promise<T>,
+    beginAfter = false,
   ): Promise<T> {
     const lease = await acquire();
-    const { signal, query, unwatch } = watch(lease.client);
+    const { signal, query, queryFirstRows, unwatch } = watch(lease.client);
     let broken: Error | undefined;
+    // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
+    let inTransactionBlock = !beginAfter;
     try {
-      // Pipelined: BEGIN and the opening statement in one simple-protocol query, one round trip.
-      const openingRows = await query(opening === undefined ? 'BEGIN' : `BEGIN; ${opening}`);
+      let openingRows: Row[];
+      if (opening === undefined) openingRows = await query('BEGIN');
+      else if (beginAfter) {
+        openingRows = await queryFirstRows(`${opening}; BEGIN`);
+        inTransactionBlock = true;
+      } else {
+        // Pipelined: BEGIN and the opening statement in one simple-protocol query, one round trip.
+        openingRows = await query(`BEGIN; ${opening}`);
+      }
       const result = await fn(
         { query, tx: lease.client, signal },
         opening === undefined ? [] : openingRows,
@@ -150,7 +169,7 @@ export function pgExecutor(
       await query('COMMIT');
       return result;
     } catch (error) {
-      if (!signal.aborted) {
+      if (!signal.aborted && inTransactionBlock) {
         try {
           await query('ROLLBACK');
         } catch (rollbackError) {
@@ -169,6 +188,7 @@ export function pgExecutor(
     transactionPooler: options.transactionPooler === true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
+    firstThenBegin: (first, fn) => inTransaction(first, fn, true),
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
       const { signal, query, unwatch } = watch(lease.client);

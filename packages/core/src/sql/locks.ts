@@ -104,6 +104,28 @@ export function inlineTryLockStatement(
   return `SELECT ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`].join(', ')}`;
 }
 
+/**
+ * The text a one-round-trip try-lock raises, inside a 22P02 error, when the lock is held elsewhere.
+ */
+export const SKIP_MARKER = 'lockkit:skip';
+
+/**
+ * The try-lock of {@link inlineTryLockStatement}, written to fail when the lock is not granted:
+ * `'true'` or {@link SKIP_MARKER} cast to boolean, so a held lock raises 22P02 with the marker.
+ * Sent as `<this>; BEGIN` in one simple query: on success the lock is held inside the transaction
+ * the BEGIN opens; on failure the implicit block rolls back and the connection is idle, after
+ * one round trip.
+ */
+export function oneTripTryLockStatement(
+  key: LockKey,
+  mode: LockMode,
+  settings: readonly SettingValue[],
+): string {
+  const fn = lockFunction('transaction', mode, false);
+  const decision = `(CASE WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
+  return `SELECT ${[...inlineSettings(settings), decision].join(', ')}`;
+}
+
 function inlineSettings(settings: readonly SettingValue[]): string[] {
   return settings.map(
     ([name, ms], i) => `set_config('${name}', '${checkMilliseconds(ms, name, 0)}', true) AS s${i}`,

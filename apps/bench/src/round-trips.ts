@@ -1,0 +1,120 @@
+/**
+ * Round trips per decision, counted on the wire: each Postgres path runs once with a free key
+ * (run) and once with a key another connection holds (skip), through the counting proxy of
+ * `@lockkit/conformance`, on one warmed connection so that connecting is not counted — except that
+ * npm advisory-lock opens a new connection for every lock, whose start-up is not in its count.
+ * Redis paths are not Postgres wire protocol: their counts come from their protocol
+ * (one command per trip), not from the proxy.
+ */
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { startRoundTripProxy } from '@lockkit/conformance';
+import { generateLockKeys } from '@lockkit/core';
+import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit } from '@lockkit/pg';
+import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import postgres from 'postgres';
+
+/** Run and skip round trips of one path. */
+export interface RoundTrips {
+  readonly run: number;
+  readonly skip: number;
+  /** How they were found. */
+  readonly counted: 'proxy' | 'protocol';
+}
+
+type Decide = (job: string) => Promise<unknown>;
+
+const advisoryLock = (
+  createRequire(import.meta.url)('advisory-lock') as {
+    default: (url: string) => (name: string) => {
+      tryLock(): Promise<(() => Promise<void>) | undefined>;
+    };
+  }
+).default;
+
+/** Counts the round trips of every Postgres path against the server at `url`. */
+export async function countRoundTrips(url: string): Promise<Map<string, RoundTrips>> {
+  const proxy = await startRoundTripProxy(url);
+  const namespace = `rt-${randomBytes(4).toString('hex')}`;
+  const holder = new pg.Client({ connectionString: url });
+  await holder.connect();
+  const pool = new pg.Pool({ connectionString: proxy.url, max: 1 });
+  const sql = postgres(proxy.url, { max: 1, onnotice: () => {} });
+  const results = new Map<string, RoundTrips>();
+  try {
+    const keys = (job: string) => generateLockKeys(namespace, job);
+    const reference: Decide = async (job) => {
+      const [k1, k2] = keys(job);
+      const conn = await pool.connect();
+      try {
+        await conn.query('BEGIN');
+        await conn.query('SELECT pg_try_advisory_xact_lock($1, $2)', [k1, k2]);
+        await conn.query('COMMIT');
+      } finally {
+        conn.release();
+      }
+    };
+    const handWritten: Decide = async (job) => {
+      const [k1, k2] = keys(job);
+      const conn = await pool.connect();
+      try {
+        await conn.query(`BEGIN; SELECT pg_try_advisory_xact_lock(${k1}, ${k2})`);
+        await conn.query('COMMIT');
+      } finally {
+        conn.release();
+      }
+    };
+    const kit = createLockKit(pool);
+    const oneTrip = createLockKit(pool, { oneRoundTripSkip: true });
+    const pjs = createPostgresLockKit(sql);
+    const dz = createDrizzleLockKit(drizzle(pool));
+    const task = async () => {};
+    const paths: [string, Decide][] = [
+      ['seed reference', reference],
+      ['hand-written 2-trip', handWritten],
+      ['@lockkit/pg', (job) => kit.runExclusiveJob(namespace, job, task)],
+      ['@lockkit/pg oneRoundTripSkip', (job) => oneTrip.runExclusiveJob(namespace, job, task)],
+      ['@lockkit/postgres', (job) => pjs.runExclusiveJob(namespace, job, task)],
+      ['@lockkit/drizzle (node-postgres)', (job) => dz.runExclusiveJob(namespace, job, task)],
+    ];
+    const [h1, h2] = keys('held');
+    await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
+    const count = async (decide: Decide, job: string) => {
+      const before = proxy.roundTrips();
+      await decide(job);
+      return proxy.roundTrips() - before;
+    };
+    for (const [name, decide] of paths) {
+      await decide('warm'); // connect outside the count
+      results.set(name, {
+        run: await count(decide, `free-${name}`),
+        skip: await count(decide, 'held'),
+        counted: 'proxy',
+      });
+    }
+    // advisory-lock opens its own connection per lock: its statements are counted, not the start-up.
+    const mutex = advisoryLock(proxy.url);
+    const adv = async (job: string) => {
+      const unlock = await mutex(`${namespace}-${job}`).tryLock();
+      await unlock?.();
+    };
+    const advHolder = await mutex(`${namespace}-adv-held`).tryLock();
+    results.set('npm advisory-lock', {
+      run: await count(adv, 'adv-free'),
+      skip: await count(adv, 'adv-held'),
+      counted: 'proxy',
+    });
+    await advHolder?.();
+    results.set('Redis SET NX PX + Lua release', { run: 2, skip: 1, counted: 'protocol' });
+    results.set('node-redlock 4', { run: 2, skip: 1, counted: 'protocol' });
+    return results;
+  } finally {
+    await pool.end();
+    await sql.end({ timeout: 5 });
+    await holder.end();
+    await proxy.close();
+  }
+}
