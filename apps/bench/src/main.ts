@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
@@ -24,6 +25,7 @@ import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
+import { measureMemory } from './memory.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
@@ -131,8 +133,10 @@ async function main(): Promise<void> {
   /** × floor per path and decision, by client count: for `--json`. */
   const ratios = new Map<string, Record<string, number>>();
   let roundTrips = new Map<string, RoundTrips>();
+  let memory: ReturnType<typeof measureMemory> | undefined;
   try {
     roundTrips = await countRoundTrips(url);
+    memory = measureMemory(url, fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)));
     for (const clients of clientCounts) {
       const pool = new pg.Pool({ connectionString: url, max: clients });
       pool.on('error', () => {});
@@ -365,6 +369,16 @@ async function main(): Promise<void> {
       `  ${path}: ${rt.run} / ${rt.skip}${rt.counted === 'protocol' ? ' (by protocol)' : ''}`,
     );
   }
+  if (memory) {
+    const above = (m: { rssMb: number; liveMb: number }) =>
+      `RSS ${m.rssMb} MB (+${(m.rssMb - memory.bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - memory.bare.liveMb).toFixed(1)})`;
+    console.log('\nMemory after a full GC, against a bare process (node-postgres loaded):');
+    console.log(`  bare process: RSS ${memory.bare.rssMb} MB, live JS ${memory.bare.liveMb} MB`);
+    console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
+    console.log(
+      `  scheduler with 10,000 jobs registered and started: ${above(memory.scheduler10k)}`,
+    );
+  }
   if (flags.json) {
     const cases: Record<string, unknown> = {};
     for (const path of new Set([...roundTrips.keys(), ...ratios.keys()])) {
@@ -380,7 +394,7 @@ async function main(): Promise<void> {
         ratioHot16: r.hot16 ?? null,
       };
     }
-    console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases }));
+    console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases, memory }));
   }
 }
 

@@ -235,6 +235,13 @@ const sleep = (ms: number, signal?: AbortSignal) =>
  */
 export class Scheduler<Tx> {
   private readonly jobs = new Map<string, Job<Tx>>();
+  /** Job name by lock key, to refuse a colliding name in O(1). */
+  private readonly jobByKey = new Map<string, string>();
+  /**
+   * Parsed schedules by time zone and expression. A croner `Cron` holds a table of 10,000 years
+   * (~80 KB); jobs on the same schedule share one, so 10,000 hourly jobs do not cost 800 MB.
+   */
+  private readonly schedules = new Map<string, Cron>();
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
   private readonly stopping = new AbortController();
@@ -268,13 +275,12 @@ export class Scheduler<Tx> {
     const key = LockKey.fromNames(SCHEDULER_NAMESPACE, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
-    for (const other of this.jobs.values()) {
-      if (other.key.equals(key)) {
-        throw new LockkitError(
-          'OPTION_INVALID',
-          `job names "${name}" and "${other.name}" hash to the same lock key ${key}: rename one.`,
-        );
-      }
+    const colliding = this.jobByKey.get(String(key));
+    if (colliding !== undefined) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `job names "${name}" and "${colliding}" hash to the same lock key ${key}: rename one.`,
+      );
     }
     if (typeof handler !== 'function')
       throw new LockkitError('OPTION_INVALID', 'the handler must be a function.');
@@ -286,11 +292,14 @@ export class Scheduler<Tx> {
         'OPTION_INVALID',
         `job "${name}": the cron expression must be a string.`,
       );
+    const scheduleId = `${options.timezone ?? ''}\u0000${cron}`;
     try {
-      parsed = new Cron(cron, {
-        paused: true,
-        ...(options.timezone !== undefined && { timezone: options.timezone }),
-      });
+      parsed =
+        this.schedules.get(scheduleId) ??
+        new Cron(cron, {
+          paused: true,
+          ...(options.timezone !== undefined && { timezone: options.timezone }),
+        });
       parsed.nextRun(); // an impossible time zone only shows here
     } catch (cause) {
       throw new LockkitError(
@@ -334,6 +343,8 @@ export class Scheduler<Tx> {
       lease,
       lastTick: 0,
     });
+    this.jobByKey.set(String(key), name);
+    this.schedules.set(scheduleId, parsed);
     if (this.started) this.schedule(this.jobs.get(name) as Job<Tx>);
     return this;
   }

@@ -1,0 +1,33 @@
+/**
+ * Memory: the resident set of a process holding a lock client over a pool of 16 open connections,
+ * and of one whose scheduler has 10,000 jobs registered and started, against the same bare
+ * process — each measured in its own child process (`memory-probe.mjs`), so that nothing else in
+ * the bench counts.
+ */
+import { execFileSync } from 'node:child_process';
+import type { Probe } from './memory-probe.js';
+
+/** One process's memory in MB: resident set, and live JavaScript memory (heap used + external). */
+export interface ProcessMemory {
+  readonly rssMb: number;
+  readonly liveMb: number;
+}
+
+/** The three processes measured. */
+export interface MemoryReport {
+  readonly bare: ProcessMemory;
+  readonly pool16: ProcessMemory;
+  readonly scheduler10k: ProcessMemory;
+}
+
+/** Runs each probe in a child process and reports its memory. */
+export function measureMemory(url: string, probeScript: string): MemoryReport {
+  const round = (n: number) => Math.round(n * 10) / 10;
+  const run = (kind: Probe): ProcessMemory => {
+    const m = JSON.parse(
+      execFileSync(process.execPath, ['--expose-gc', probeScript, kind, url], { encoding: 'utf8' }),
+    ) as ProcessMemory;
+    return { rssMb: round(m.rssMb), liveMb: round(m.liveMb) };
+  };
+  return { bare: run('bare'), pool16: run('pool16'), scheduler10k: run('scheduler10k') };
+}
