@@ -27,6 +27,7 @@ import postgres from 'postgres';
 import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
 import { measureMemory } from './memory.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
+import { measureScale, type ScaleReport } from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -84,6 +85,8 @@ const { values: flags } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     json: { type: 'boolean', default: false },
+    // The scale run: 8 processes × 1,000 per-second jobs for 30 s (--quick: 2 × 100 for 5 s).
+    scale: { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -134,9 +137,16 @@ async function main(): Promise<void> {
   const ratios = new Map<string, Record<string, number>>();
   let roundTrips = new Map<string, RoundTrips>();
   let memory: ReturnType<typeof measureMemory> | undefined;
+  let scale: ScaleReport | undefined;
   try {
     roundTrips = await countRoundTrips(url);
     memory = measureMemory(url, fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)));
+    if (flags.scale) {
+      const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+      scale = flags.quick
+        ? await measureScale(url, worker, 2, 100, 5)
+        : await measureScale(url, worker, 8, 1000, 30);
+    }
     for (const clients of clientCounts) {
       const pool = new pg.Pool({ connectionString: url, max: clients });
       pool.on('error', () => {});
@@ -379,6 +389,11 @@ async function main(): Promise<void> {
       `  scheduler with 10,000 jobs registered and started: ${above(memory.scheduler10k)}`,
     );
   }
+  if (scale) {
+    console.log(
+      `\nScale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
+    );
+  }
   if (flags.json) {
     const cases: Record<string, unknown> = {};
     for (const path of new Set([...roundTrips.keys(), ...ratios.keys()])) {
@@ -394,7 +409,7 @@ async function main(): Promise<void> {
         ratioHot16: r.hot16 ?? null,
       };
     }
-    console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases, memory }));
+    console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases, memory, scale }));
   }
 }
 
