@@ -24,6 +24,7 @@ import {
   planFaults,
 } from './chaos-plan.js';
 import { type FaultProxy, startFaultProxy } from './fault-proxy.js';
+import { onJsonLines } from './json-lines.js';
 import { adapterOption, integerOption } from './options.js';
 
 const USAGE = `Usage: pnpm chaos [options]
@@ -262,23 +263,11 @@ async function run(
     child.once('exit', () => {
       if (slot.process === child) slot.alive = false;
     });
-    let buffered = '';
-    child.stdout?.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop() ?? '';
-      for (const line of lines) {
-        let message: WorkerMessage;
-        try {
-          message = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        messages.push({ ...message, worker: name });
-        if (message.type === 'lease-claimed') leaseHolder = name;
-        if (message.type === 'lease-ended' && leaseHolder === name) leaseHolder = undefined;
-        if (message.type === 'fatal') process.stderr.write(`${name}: ${message.error}\n`);
-      }
+    onJsonLines<WorkerMessage>(child.stdout, (message) => {
+      messages.push({ ...message, worker: name });
+      if (message.type === 'lease-claimed') leaseHolder = name;
+      if (message.type === 'lease-ended' && leaseHolder === name) leaseHolder = undefined;
+      if (message.type === 'fatal') process.stderr.write(`${name}: ${message.error}\n`);
     });
   };
   for (let i = 0; i < o.workers; i++) {

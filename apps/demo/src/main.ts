@@ -16,6 +16,7 @@ import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import pg from 'pg';
 import { ADAPTERS, type AdapterName, connect } from './adapters.js';
 import { JOBS } from './jobs.js';
+import { onJsonLines } from './json-lines.js';
 import { adapterOption, integerOption } from './options.js';
 
 const USAGE = `Usage: pnpm demo [options]
@@ -215,18 +216,9 @@ async function run(
     child.once('exit', () => {
       state.alive = false;
     });
-    let buffered = '';
-    child.stdout?.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split('\n');
-      buffered = lines.pop() ?? '';
-      for (const line of lines) {
-        let message: { type: string; job?: string; tick?: number; error?: string };
-        try {
-          message = JSON.parse(line);
-        } catch {
-          continue;
-        }
+    onJsonLines<{ type: string; job?: string; tick?: number; error?: string }>(
+      child.stdout,
+      (message) => {
         if (message.type === 'ready') state.ready = true;
         if (message.type === 'ran') {
           state.ran++;
@@ -237,8 +229,8 @@ async function run(
         if (message.type === 'lease')
           state.leaseHeld = `${message.job} @${new Date(message.tick ?? 0).toISOString().slice(11, 19)}`;
         if (message.type === 'fatal') process.stderr.write(`${state.name}: ${message.error}\n`);
-      }
-    });
+      },
+    );
   }
   const readyBy = Date.now() + 30_000;
   while (!workers.every((w) => w.ready || !w.alive)) {
