@@ -24,7 +24,7 @@ import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
-import { combine, type Measurement, measure, type Operation, percentile } from './measure.js';
+import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
 import { measureMemory } from './memory.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
 import { measureScale, type ScaleReport } from './scale.js';
@@ -345,7 +345,7 @@ async function main(): Promise<void> {
       await sql.end({ timeout: 5 });
       await prisma.$disconnect();
       await prismaPool.end();
-      const results = scenarios.map((s) => ({ name: s.name, m: combine(runs.get(s.name) ?? []) }));
+      const results = scenarios.map((s) => ({ name: s.name, m: median(runs.get(s.name) ?? []) }));
       const opsPerSecond = (m: Measurement) => m.operations / m.seconds;
       const floor = opsPerSecond((results[0] as { m: Measurement }).m);
       const reference = opsPerSecond((results[1] as { m: Measurement }).m);
@@ -367,7 +367,7 @@ async function main(): Promise<void> {
   }
   const server = process.env.DATABASE_URL ? 'DATABASE_URL server' : 'embedded PostgreSQL';
   console.log(
-    `\nlockkit bench — ${server}, ${rounds} rounds × ${ms} ms per scenario, node ${process.version}\n`,
+    `\nlockkit bench — ${server}, median of ${rounds} rounds × ${ms} ms per scenario, node ${process.version}\n`,
   );
   console.log('| clients | path | ops/s | p50 ms | p99 ms | × floor | × reference |');
   console.log('|---|---|---|---|---|---|---|');

@@ -38,13 +38,14 @@ export async function measure(
   };
 }
 
-/** Adds up several runs of one scenario. */
-export function combine(runs: readonly Measurement[]): Measurement {
-  return {
-    operations: runs.reduce((n, r) => n + r.operations, 0),
-    seconds: runs.reduce((n, r) => n + r.seconds, 0),
-    latenciesMs: runs.flatMap((r) => r.latenciesMs),
-  };
+/**
+ * The median of several runs of one scenario by throughput (the middle one of three): a round
+ * that a CPU-placement hiccup slowed or sped up does not move the result.
+ */
+export function median(runs: readonly Measurement[]): Measurement {
+  if (runs.length === 0) throw new Error('no runs to take the median of');
+  const sorted = [...runs].sort((a, b) => a.operations / a.seconds - b.operations / b.seconds);
+  return sorted[Math.floor((sorted.length - 1) / 2)] as Measurement;
 }
 
 /** The `p`-th percentile (0–100) of `values`. */
