@@ -275,7 +275,9 @@ export class Scheduler<Tx> {
     const key = LockKey.fromNames(SCHEDULER_NAMESPACE, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
-    const colliding = this.jobByKey.get(String(key));
+    // By the key's numbers alone: two names that hash to one key must collide here.
+    const keyId = `${key.pgLocks.classid}/${key.pgLocks.objid}/${key.pgLocks.objsubid}`;
+    const colliding = this.jobByKey.get(keyId);
     if (colliding !== undefined) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -343,7 +345,7 @@ export class Scheduler<Tx> {
       lease,
       lastTick: 0,
     });
-    this.jobByKey.set(String(key), name);
+    this.jobByKey.set(keyId, name);
     this.schedules.set(scheduleId, parsed);
     if (this.started) this.schedule(this.jobs.get(name) as Job<Tx>);
     return this;
