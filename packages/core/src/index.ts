@@ -1,3 +1,4 @@
+export { ConnectionFate } from './connection-fate.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
   ConnectionLostError,

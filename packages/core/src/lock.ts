@@ -17,6 +17,7 @@ import {
   type QueryFn,
   type Row,
   requireCapability,
+  type SessionContext,
   type TransactionContext,
 } from './executor.js';
 import { LockKey } from './keys.js';
@@ -348,10 +349,11 @@ function first(rows: Row[]): Row {
 function classify(
   error: unknown,
   what: string,
-  connection: AbortSignal | undefined,
+  context: { readonly signal: AbortSignal } | undefined,
   caller: AbortSignal | undefined,
 ): unknown {
   const original = error instanceof TaskFailure ? error.error : error;
+  const connection = context?.signal;
   if (connection?.aborted) {
     const mapped = fromPostgresError(connection.reason, what);
     if (mapped instanceof ConnectionLostError || mapped instanceof TransactionExpiredError)
@@ -393,10 +395,19 @@ export function createLockClient<Tx, Session>(
     }),
   };
 
-  /** Cancels a lock wait from another connection; best effort, the wait may have ended. */
-  const cancelWait = (pid: number): void => {
+  /**
+   * Cancels a lock wait from another connection; best effort, the wait may have ended. Settles,
+   * never rejects, once the cancel's own transaction is over: the caller awaits it after its own
+   * transaction (never inside it — with a pool of one, the cancel needs that very connection).
+   */
+  const cancelWait = (pid: number): Promise<void> => {
     const statement = cancelBackendStatement(pid);
-    executor.transaction((ctx) => ctx.query(statement.text, statement.params)).catch(() => {});
+    return executor
+      .transaction((ctx) => ctx.query(statement.text, statement.params))
+      .then(
+        () => undefined,
+        () => undefined,
+      );
   };
 
   /** Waits on `query` for the lock, cancelling the wait when `signal` aborts. */
@@ -406,9 +417,12 @@ export function createLockClient<Tx, Session>(
     p: Plan,
     pid: number | undefined,
     scope: 'transaction' | 'session',
+    cancels: Promise<void>[],
   ): Promise<void> => {
     const statement = lockStatement(key, scope, p.mode, true);
-    const onAbort = () => pid !== undefined && cancelWait(pid);
+    const onAbort = () => {
+      if (pid !== undefined) cancels.push(cancelWait(pid));
+    };
     p.signal?.addEventListener('abort', onAbort, { once: true });
     try {
       await query(statement.text, statement.params);
@@ -422,12 +436,21 @@ export function createLockClient<Tx, Session>(
     handle: H,
     key: LockKey,
     query: QueryFn,
-    connection: AbortSignal,
+    connection: { readonly signal: AbortSignal },
     caller: AbortSignal | undefined,
   ): Promise<T> => {
-    const signal = caller ? AbortSignal.any([connection, caller]) : connection;
+    // Built on first read: a task that never looks at its signal costs no AbortSignal.
+    let signal: AbortSignal | undefined;
+    const context: TaskContext = {
+      get signal() {
+        signal ??= caller ? AbortSignal.any([connection.signal, caller]) : connection.signal;
+        return signal;
+      },
+      key,
+      query,
+    };
     try {
-      return await task(handle, { signal, key, query });
+      return await task(handle, context);
     } catch (error) {
       throw new TaskFailure(error);
     }
@@ -442,8 +465,7 @@ export function createLockClient<Tx, Session>(
     checkTask(task);
     const p = plan({ ...defaults, ...callOptions }, true);
     if (p.signal?.aborted) throw abortedError(p.signal);
-    const what = `lock ${key}`;
-    let connection: AbortSignal | undefined;
+    let connection: TransactionContext<Tx> | undefined;
 
     const settings: SettingValue[] = [...p.settings];
     if (p.wait && p.timeoutMs !== undefined) settings.unshift(['lock_timeout', p.timeoutMs]);
@@ -456,10 +478,19 @@ export function createLockClient<Tx, Session>(
         : tryLockOpening(key, p.mode, settings);
 
     const tracker = track(emit, key, 'transaction', p.mode, p.wait);
+    // Cancels of this call's wait, sent on other connections: the call settles after them.
+    const cancels: Promise<void>[] = [];
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
-      connection = ctx.signal;
+      connection = ctx;
       if (p.wait) {
-        await waitForLock(ctx.query, key, p, first(openingRows).pid as number, 'transaction');
+        await waitForLock(
+          ctx.query,
+          key,
+          p,
+          first(openingRows).pid as number,
+          'transaction',
+          cancels,
+        );
         // Got it, but the caller gave up meanwhile: the rollback releases it.
         if (p.signal?.aborted) throw abortedError(p.signal);
       } else if (first(openingRows).acquired !== true) {
@@ -467,7 +498,7 @@ export function createLockClient<Tx, Session>(
         return SKIPPED;
       }
       tracker.acquired();
-      const result = await runTask(task, ctx.tx, key, ctx.query, ctx.signal, p.signal);
+      const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
       return { executed: true, result };
     };
 
@@ -485,9 +516,11 @@ export function createLockClient<Tx, Session>(
         tracker.skipped();
         return SKIPPED;
       }
-      const classified = classify(error, what, connection, p.signal);
+      const classified = classify(error, `lock ${key}`, connection, p.signal);
       tracker.settled(classified);
       throw classified;
+    } finally {
+      if (cancels.length > 0) await Promise.all(cancels);
     }
   }
 
@@ -520,9 +553,9 @@ export function createLockClient<Tx, Session>(
     }
     const p = plan(callOptions, false);
     if (p.signal?.aborted) throw abortedError(p.signal);
-    const what = `session lock ${key}`;
-    let connection: AbortSignal | undefined;
+    let connection: SessionContext<Session> | undefined;
     const tracker = track(emit, key, 'session', p.mode, p.wait);
+    const cancels: Promise<void>[] = [];
     const detected = (serverPid: unknown, driverPid: unknown) => {
       poolerDetected = true;
       return poolerError(
@@ -532,7 +565,7 @@ export function createLockClient<Tx, Session>(
     };
     try {
       const result = await executor.session(async (ctx): Promise<JobResult<T>> => {
-        connection = ctx.signal;
+        connection = ctx;
         const driverPid = ctx.backendPid;
         // A startup pid no server could have (PgBouncer's are random 32-bit values) is proof
         // enough, before any lock statement.
@@ -554,7 +587,7 @@ export function createLockClient<Tx, Session>(
             if (driverPid !== undefined && holderPid !== driverPid) {
               throw detected(holderPid, driverPid);
             }
-            await waitForLock(ctx.query, key, p, holderPid, 'session');
+            await waitForLock(ctx.query, key, p, holderPid, 'session', cancels);
             await ctx.query(COMMIT);
           } catch (error) {
             if (!ctx.signal.aborted) {
@@ -591,7 +624,7 @@ export function createLockClient<Tx, Session>(
         try {
           outcome = {
             ok: true,
-            result: await runTask(task, ctx.session, key, ctx.query, ctx.signal, p.signal),
+            result: await runTask(task, ctx.session, key, ctx.query, ctx, p.signal),
           };
         } catch (error) {
           outcome = { ok: false, failure: error as TaskFailure };
@@ -611,9 +644,11 @@ export function createLockClient<Tx, Session>(
       if (result.executed) tracker.settled(undefined);
       return result;
     } catch (error) {
-      const classified = classify(error, what, connection, p.signal);
+      const classified = classify(error, `session lock ${key}`, connection, p.signal);
       tracker.settled(classified);
       throw classified;
+    } finally {
+      if (cancels.length > 0) await Promise.all(cancels);
     }
   }
 

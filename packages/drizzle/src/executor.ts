@@ -3,7 +3,14 @@
  * database, with lockkit's statements bound as Drizzle parameters; sessions through the driver
  * under it where it can pin a connection (node-postgres pool, postgres.js).
  */
-import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
+import {
+  ConnectionFate,
+  type LockExecutor,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+  type TransactionContext,
+} from '@lockkit/core';
 import { type PgPoolClientLike, type PgPoolLike, pgExecutor } from '@lockkit/pg';
 import {
   type PostgresReservedLike,
@@ -140,31 +147,36 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
 
   const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> =>
     turn(async () => {
-      const controller = new AbortController();
-      const { signal } = controller;
+      const fate = new ConnectionFate();
       let running: Promise<T> | undefined;
       try {
         return await db.transaction(async (tx) => {
           // node-postgres: the transaction's PoolClient; watch it (and keep a backend death from
           // being an unhandled 'error' event while Drizzle has it checked out).
           const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
-          const onError = (error: unknown) => controller.abort(error);
-          const onEnd = () => controller.abort(new Error('Connection ended'));
+          const onError = (error: unknown) => fate.abort(error);
+          const onEnd = () => fate.abort(new Error('Connection ended'));
           const watched = kind !== 'postgres-js' && isEventful(client) ? client : undefined;
           watched?.on('error', onError);
           watched?.on('end', onEnd);
           const query: QueryFn = async (text, params) => {
-            if (signal.aborted) throw signal.reason;
+            if (fate.aborted) throw fate.reason;
             try {
               return rowsOf(await tx.execute(toDrizzleSql(text, params)));
             } catch (error) {
-              if (isConnectionError(error)) controller.abort(error);
+              if (isConnectionError(error)) fate.abort(error);
               throw error;
             }
           };
           let outcome: { ok: true; value: T } | { ok: false; error: unknown };
           try {
-            running = fn({ query, tx, signal });
+            running = fn({
+              query,
+              tx,
+              get signal() {
+                return fate.signal;
+              },
+            });
             outcome = { ok: true, value: await running };
           } catch (error) {
             outcome = { ok: false, error };
@@ -172,7 +184,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
             watched?.removeListener('error', onError);
             watched?.removeListener('end', onEnd);
           }
-          if (signal.aborted && kind === 'postgres-js') {
+          if (fate.aborted && kind === 'postgres-js') {
             // postgres.js has already rejected this transaction; settling the callback now would
             // make it send COMMIT or ROLLBACK on the closed connection, which crashes the process.
             await new Promise<never>(() => {});
@@ -183,7 +195,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
       } catch (error) {
         // postgres.js rejects its transaction as soon as the connection closes, while the task
         // may still be running: tell the task, and let it finish before reporting.
-        if (isConnectionError(error)) controller.abort(error);
+        if (isConnectionError(error)) fate.abort(error);
         if (running) await running.catch(() => {});
         throw error;
       }

@@ -5,7 +5,14 @@
  * The driver types are declared structurally (what we call, nothing more), so this package does
  * not depend on `@types/pg` and accepts any compatible pool.
  */
-import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
+import {
+  ConnectionFate,
+  type LockExecutor,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+  type TransactionContext,
+} from '@lockkit/core';
 
 /** The part of a `pg` query result we read. */
 export interface PgResultLike {
@@ -19,8 +26,6 @@ export interface PgClientLike {
   query(text: string, values?: unknown[]): Promise<PgResultLike | PgResultLike[]>;
   on(event: 'error', listener: (error: Error) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
-  removeListener(event: 'error', listener: (error: Error) => void): unknown;
-  removeListener(event: 'end', listener: () => void): unknown;
 }
 
 /** The part of a `pg.PoolClient` we use: a client that goes back to its pool. */
@@ -63,20 +68,38 @@ interface Lease<C extends PgClientLike> {
   readonly done: (broken: Error | undefined) => void;
 }
 
-/** Watches one checked-out connection: its signal aborts when the connection errors or ends. */
+/**
+ * Each connection's current lease, and the listeners that report to it. The listeners go on a
+ * connection once, at its first lease, and stay: adding and removing two listeners per lock
+ * decision costs more than keeping them. While the connection sits idle they do nothing (the
+ * pool's own listener handles an idle connection's error).
+ */
+const leasesOf = new WeakMap<PgClientLike, { current: ConnectionFate | undefined }>();
+
+function slotOf(client: PgClientLike): { current: ConnectionFate | undefined } {
+  let slot = leasesOf.get(client);
+  if (!slot) {
+    const created: { current: ConnectionFate | undefined } = { current: undefined };
+    // Without an 'error' listener, a backend terminated while the connection is checked out
+    // would crash the process; with one, the task learns of it through its signal.
+    client.on('error', (error: Error) => created.current?.abort(error));
+    client.on('end', () => created.current?.abort(new Error('Connection ended')));
+    leasesOf.set(client, created);
+    slot = created;
+  }
+  return slot;
+}
+
+/** Watches one checked-out connection: its fate turns aborted when the connection errors or ends. */
 function watch(client: PgClientLike): {
-  signal: AbortSignal;
+  fate: ConnectionFate;
   query: QueryFn;
   queryFirstRows: (text: string) => Promise<Row[]>;
   unwatch: () => void;
 } {
-  const controller = new AbortController();
-  const onError = (error: Error) => controller.abort(error);
-  const onEnd = () => controller.abort(new Error('Connection ended'));
-  // Without an 'error' listener, a backend terminated while the connection is checked out would
-  // crash the process; with one, the task learns of it through its signal.
-  client.on('error', onError);
-  client.on('end', onEnd);
+  const fate = new ConnectionFate();
+  const slot = slotOf(client);
+  slot.current = fate;
   // A multi-statement simple query yields one result per statement: `pick` chooses whose rows.
   const run = async (
     text: string,
@@ -88,18 +111,17 @@ function watch(client: PgClientLike): {
       if (!Array.isArray(result)) return result.rows as Row[];
       return ((pick === 'first' ? result[0] : result.at(-1))?.rows ?? []) as Row[];
     } catch (error) {
-      if (isConnectionError(error)) controller.abort(error);
+      if (isConnectionError(error)) fate.abort(error);
       throw error;
     }
   };
   const query: QueryFn = (text, params) => run(text, params, 'last');
   return {
-    signal: controller.signal,
+    fate,
     query,
     queryFirstRows: (text) => run(text, undefined, 'first'),
     unwatch: () => {
-      client.removeListener('error', onError);
-      client.removeListener('end', onEnd);
+      if (slot.current === fate) slot.current = undefined;
     },
   };
 }
@@ -148,7 +170,7 @@ export function pgExecutor(
     beginAfter = false,
   ): Promise<T> {
     const lease = await acquire();
-    const { signal, query, queryFirstRows, unwatch } = watch(lease.client);
+    const { fate, query, queryFirstRows, unwatch } = watch(lease.client);
     let broken: Error | undefined;
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
@@ -163,13 +185,19 @@ export function pgExecutor(
         openingRows = await query(`BEGIN; ${opening}`);
       }
       const result = await fn(
-        { query, tx: lease.client, signal },
+        {
+          query,
+          tx: lease.client,
+          get signal() {
+            return fate.signal;
+          },
+        },
         opening === undefined ? [] : openingRows,
       );
       await query('COMMIT');
       return result;
     } catch (error) {
-      if (!signal.aborted && inTransactionBlock) {
+      if (!fate.aborted && inTransactionBlock) {
         try {
           await query('ROLLBACK');
         } catch (rollbackError) {
@@ -179,7 +207,7 @@ export function pgExecutor(
       throw error;
     } finally {
       unwatch();
-      lease.done(signal.aborted ? (signal.reason as Error) : broken);
+      lease.done(fate.aborted ? (fate.reason as Error) : broken);
     }
   }
 
@@ -191,13 +219,20 @@ export function pgExecutor(
     firstThenBegin: (first, fn) => inTransaction(first, fn, true),
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
-      const { signal, query, unwatch } = watch(lease.client);
+      const { fate, query, unwatch } = watch(lease.client);
       try {
         const backendPid = lease.client.processID ?? undefined;
-        return await fn({ query, session: lease.client, signal, backendPid });
+        return await fn({
+          query,
+          session: lease.client,
+          get signal() {
+            return fate.signal;
+          },
+          backendPid,
+        });
       } finally {
         unwatch();
-        lease.done(signal.aborted ? (signal.reason as Error) : undefined);
+        lease.done(fate.aborted ? (fate.reason as Error) : undefined);
       }
     },
   };

@@ -63,7 +63,7 @@ describe('pgExecutor over a pg.Pool', () => {
     expect(executed).toBeGreaterThan(0);
     expect(seen.size).toBeGreaterThan(0);
     expect(seen.size).toBeLessThanOrEqual(4);
-    // Every connection carries exactly what the pool itself puts on an idle client.
+    // Every connection carries what the pool puts on an idle client and lockkit's one pair, no more.
     expect(new Set(listeners())).toEqual(new Set([baseline]));
     expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
     expect(pool.totalCount - pool.idleCount).toBe(0);
@@ -92,7 +92,6 @@ describe('pgExecutor over a pg.Pool', () => {
             return query(text, values);
           },
           on: (event: 'error' | 'end', fn: never) => client.on(event, fn),
-          removeListener: (event: 'error' | 'end', fn: never) => client.removeListener(event, fn),
           release: (error) => {
             released.push(error);
             client.release(error);

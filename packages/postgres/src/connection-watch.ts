@@ -9,7 +9,7 @@
  * leases are marked dead: their signal aborts, nothing more is sent on them, and they are never
  * handed back to the pool. While a check runs, lease queries wait for its answer.
  */
-import { deadBackendsStatement } from '@lockkit/core';
+import { type ConnectionFate, deadBackendsStatement } from '@lockkit/core';
 
 /** The part of a postgres.js `sql` instance the watch uses. */
 export interface WatchedSqlLike {
@@ -21,7 +21,8 @@ export interface WatchedSqlLike {
 export interface WatchedLease {
   /** Server pid of the connection (`pg_backend_pid()`), once known. */
   pid: number | undefined;
-  readonly controller: AbortController;
+  /** Aborted when the connection is found dead. */
+  readonly fate: ConnectionFate;
 }
 
 const watches = new WeakMap<object, ConnectionWatch>();
@@ -66,9 +67,7 @@ export class ConnectionWatch {
       try {
         for (const delay of [0, 50, 200]) {
           if (delay) await new Promise((r) => setTimeout(r, delay));
-          const watched = [...this.leases].filter(
-            (l) => l.pid !== undefined && !l.controller.signal.aborted,
-          );
+          const watched = [...this.leases].filter((l) => l.pid !== undefined && !l.fate.aborted);
           if (watched.length === 0) return;
           const statement = deadBackendsStatement(watched.map((l) => l.pid as number));
           const rows = (await this.sql.unsafe(statement.text, [...statement.params])) as ArrayLike<{
@@ -77,7 +76,7 @@ export class ConnectionWatch {
           const dead = new Set(Array.from(rows, (r) => Number(r.pid)));
           for (const lease of watched) {
             if (dead.has(lease.pid as number)) {
-              lease.controller.abort(
+              lease.fate.abort(
                 Object.assign(new Error(`Connection to backend ${lease.pid} closed`), {
                   code: 'CONNECTION_CLOSED',
                 }),
@@ -88,7 +87,7 @@ export class ConnectionWatch {
         }
       } catch (error) {
         // The check itself failed: the server is unreachable, so no watched connection is usable.
-        for (const lease of this.leases) lease.controller.abort(error);
+        for (const lease of this.leases) lease.fate.abort(error);
       } finally {
         this.checking = undefined;
       }

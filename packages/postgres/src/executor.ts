@@ -2,13 +2,15 @@
  * The postgres.js executor: every operation on a connection reserved with `sql.reserve()`,
  * released in `finally` (or, when the connection died, left to postgres.js to reconnect).
  *
- * Transactions are opened with one simple-protocol query — `BEGIN; SELECT pg_backend_pid();
- * <core's first statement>` — so a lock decision costs two round trips, where `sql.begin` would
+ * Transactions are opened with one simple-protocol query — `BEGIN; <core's first statement>`, with
+ * `SELECT pg_backend_pid()` between them unless that statement reports the pid itself — so a lock
+ * decision costs two round trips, where `sql.begin` would
  * await BEGIN first (three). The driver types are structural: this package never imports
  * `postgres`.
  */
 import {
   BACKEND_PID,
+  ConnectionFate,
   type LockExecutor,
   type QueryFn,
   type Row,
@@ -97,28 +99,28 @@ export function postgresExecutor<R extends PostgresReservedLike>(
 
   async function lease(): Promise<Lease<R>> {
     const reserved = await sql.reserve();
-    const watched: WatchedLease = { pid: undefined, controller: new AbortController() };
+    const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
     const stop = watch.add(watched);
-    const { signal } = watched.controller;
-    const gone = () => signal.reason ?? new Error('connection closed');
+    const { fate } = watched;
+    const gone = () => fate.reason ?? new Error('connection closed');
     const query: QueryFn = async (text, params) => {
       await watch.settled();
-      if (signal.aborted) throw gone();
+      if (fate.aborted) throw gone();
       try {
         return lastRows(await reserved.unsafe(text, params === undefined ? [] : [...params]));
       } catch (error) {
-        if (isConnectionError(error)) watched.controller.abort(error);
+        if (isConnectionError(error)) fate.abort(error);
         throw error;
       }
     };
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
       ((...args: Parameters<F>) => {
-        if (signal.aborted) throw gone();
+        if (fate.aborted) throw gone();
         return fn(...args);
       }) as F;
     const handle = new Proxy(reserved, {
       apply: (target, thisArg, args) => {
-        if (signal.aborted) throw gone();
+        if (fate.aborted) throw gone();
         return Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args);
       },
       get: (target, property, receiver) => {
@@ -136,7 +138,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     l.stop();
     // A dead reserved connection is already back in postgres.js's closed queue; releasing it
     // would list it as open, and the next query on it would crash.
-    if (!l.watched.controller.signal.aborted) l.reserved.release();
+    if (!l.watched.fate.aborted) l.reserved.release();
   }
 
   async function inTransaction<T>(
@@ -144,21 +146,38 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     fn: (ctx: TransactionContext<R>, openingRows: Row[]) => Promise<T>,
   ): Promise<T> {
     const l = await lease();
-    const { signal } = l.watched.controller;
+    const { fate } = l.watched;
     try {
-      // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening.
-      const texts = ['BEGIN', BACKEND_PID, ...(opening === undefined ? [] : [opening])];
+      // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening
+      // — which reports the pid itself when it starts with BACKEND_PID.
+      const reportsPid = opening?.startsWith(BACKEND_PID) === true;
+      const texts = [
+        'BEGIN',
+        ...(reportsPid ? [] : [BACKEND_PID]),
+        ...(opening === undefined ? [] : [opening]),
+      ];
       const results = (await l.reserved.unsafe(
         texts.join('; '),
       )) as unknown as PostgresResultLike[];
-      l.watched.pid = Number(Array.from(results[1] as ArrayLike<Row>)[0]?.pid);
-      const openingRows = opening === undefined ? [] : Array.from(results[2] as ArrayLike<Row>);
-      const result = await fn({ query: l.query, tx: l.handle, signal }, openingRows);
+      const openingRows = opening === undefined ? [] : Array.from(results.at(-1) as ArrayLike<Row>);
+      l.watched.pid = Number(
+        (reportsPid ? openingRows : Array.from(results[1] as ArrayLike<Row>))[0]?.pid,
+      );
+      const result = await fn(
+        {
+          query: l.query,
+          tx: l.handle,
+          get signal() {
+            return fate.signal;
+          },
+        },
+        openingRows,
+      );
       await l.query('COMMIT');
       return result;
     } catch (error) {
-      if (isConnectionError(error)) l.watched.controller.abort(error);
-      if (!signal.aborted) await l.query('ROLLBACK').catch(() => {});
+      if (isConnectionError(error)) fate.abort(error);
+      if (!fate.aborted) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
       finish(l);
@@ -180,11 +199,13 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return await fn({
           query: l.query,
           session: l.handle,
-          signal: l.watched.controller.signal,
+          get signal() {
+            return l.watched.fate.signal;
+          },
           backendPid,
         });
       } catch (error) {
-        if (isConnectionError(error)) l.watched.controller.abort(error);
+        if (isConnectionError(error)) l.watched.fate.abort(error);
         throw error;
       } finally {
         finish(l);

@@ -5,6 +5,7 @@
  */
 import {
   BACKEND_PID,
+  ConnectionFate,
   type LockExecutor,
   type Row,
   sqlState,
@@ -112,8 +113,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
     name: options.name ?? 'prisma',
     transactionPooler: options.transactionPooler === true,
     async transaction(fn) {
-      const controller = new AbortController();
-      const { signal } = controller;
+      const fate = new ConnectionFate();
       let running: Promise<unknown> | undefined;
       let unwatch: (() => void) | undefined;
       let expiryTimer: NodeJS.Timeout | undefined;
@@ -124,34 +124,50 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
           // own clock started, so it never fires before Prisma has really expired it.
           expiryTimer = setTimeout(
             () =>
-              controller.abort(
+              fate.abort(
                 expiry(Object.assign(new Error('Transaction expired'), { code: 'P2028' }), limits),
               ),
             limits.timeout,
           );
           expiryTimer.unref();
-          const query = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
-            if (signal.aborted) throw signal.reason;
+          const send = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
+            if (fate.aborted) throw fate.reason;
             try {
               return await tx.$queryRawUnsafe<Row[]>(text, ...(params ?? []));
             } catch (error) {
               const expired = expiry(error, limits);
-              if (expired) controller.abort(expired);
-              else if (isConnectionError(error)) controller.abort(error);
+              if (expired) fate.abort(expired);
+              else if (isConnectionError(error)) fate.abort(error);
               throw expired ?? error;
             }
           };
-          const [row] = await query(BACKEND_PID);
-          unwatch = watch.add(Number(row?.pid), controller);
-          running = fn({ query, tx, signal });
+          // The backend to watch: core's opening statements report it (they start with
+          // BACKEND_PID), which saves a round trip; after any other first statement, ask.
+          let watching = false;
+          const query = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
+            const rows = await send(text, params);
+            if (!watching) {
+              watching = true;
+              const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
+              unwatch = watch.add(Number(reported[0]?.pid), fate);
+            }
+            return rows;
+          };
+          running = fn({
+            query,
+            tx,
+            get signal() {
+              return fate.signal;
+            },
+          });
           return (await running) as never;
         }, limits);
       } catch (error) {
         const expired = expiry(error, limits);
-        if (expired && !signal.aborted) controller.abort(expired);
+        if (expired && !fate.aborted) fate.abort(expired);
         if (running) await running.catch(() => {});
-        throw signal.aborted && signal.reason instanceof TransactionExpiredError
-          ? signal.reason
+        throw fate.aborted && fate.reason instanceof TransactionExpiredError
+          ? fate.reason
           : (expired ?? error);
       } finally {
         clearTimeout(expiryTimer);

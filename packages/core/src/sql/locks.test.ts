@@ -24,7 +24,7 @@ describe('inlined statements', () => {
         (key, mode, ms) => {
           const text = inlineTryLockStatement(key, mode, [['statement_timeout', ms]]);
           expect(text).toMatch(
-            /^SELECT set_config\('statement_timeout', '\d+', true\) AS s0, pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) AS acquired$/,
+            /^SELECT pg_backend_pid\(\) AS pid, set_config\('statement_timeout', '\d+', true\) AS s0, pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) AS acquired$/,
           );
         },
       ),

@@ -32,6 +32,17 @@ export interface Statement {
   readonly params: readonly unknown[];
 }
 
+/**
+ * For adapters whose driver cannot tell when a connection dies: the server pid of the current
+ * connection (one row, `pid`), to watch it with {@link deadBackendsStatement}.
+ *
+ * Every statement of lockkit's whose text starts with this one reports the transaction's own
+ * backend in `pid` (the opening try-lock, the waiting lock's preparation, the guarded session lock
+ * and unlock); no other statement does. An executor may rely on that prefix to learn its pid from
+ * the first statement of a transaction instead of asking separately.
+ */
+export const BACKEND_PID = 'SELECT pg_backend_pid() AS pid';
+
 /** Largest value Postgres accepts for a millisecond timeout setting (INT_MAX). */
 export const MAX_TIMEOUT_MS = 2_147_483_647;
 
@@ -93,7 +104,9 @@ export function lockStatement(
 
 /**
  * The try-lock of {@link lockStatement} (transaction scope) with the given settings applied in the
- * same statement, values inlined so that it can be pipelined with BEGIN. Returns `acquired`.
+ * same statement, values inlined so that it can be pipelined with BEGIN. Returns `acquired`, and
+ * `pid` first (see {@link BACKEND_PID}): an executor that must watch the backend learns it here,
+ * without a statement of its own.
  */
 export function inlineTryLockStatement(
   key: LockKey,
@@ -101,7 +114,7 @@ export function inlineTryLockStatement(
   settings: readonly SettingValue[],
 ): string {
   const fn = lockFunction('transaction', mode, false);
-  return `SELECT ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`].join(', ')}`;
+  return `${BACKEND_PID}, ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`].join(', ')}`;
 }
 
 /**
@@ -137,7 +150,7 @@ function inlineSettings(settings: readonly SettingValue[]): string[] {
  * wait from another connection). Inlined values, so it can be pipelined with BEGIN. Returns `pid`.
  */
 export function inlinePrepareStatement(settings: readonly SettingValue[]): string {
-  return `SELECT ${['pg_backend_pid() AS pid', ...inlineSettings(settings)].join(', ')}`;
+  return [BACKEND_PID, ...inlineSettings(settings)].join(', ');
 }
 
 /**
@@ -156,7 +169,7 @@ export function guardedSessionLockStatement(
   const call = wait ? `(SELECT true FROM ${fn}(${args.text}))` : `${fn}(${args.text})`;
   const pid = `$${args.params.length + 1}::int4`;
   return {
-    text: `SELECT pg_backend_pid() AS pid, CASE WHEN pg_backend_pid() = ${pid} THEN ${call} END AS acquired`,
+    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} THEN ${call} END AS acquired`,
     params: [...args.params, driverPid],
   };
 }
@@ -170,7 +183,7 @@ export function unlockStatement(key: LockKey, mode: LockMode, holderPid: number)
   const args = keyArguments(key);
   const pid = `$${args.params.length + 1}::int4`;
   return {
-    text: `SELECT pg_backend_pid() AS pid, CASE WHEN pg_backend_pid() = ${pid} THEN ${lockFunction('session', mode, false, true)}(${args.text}) END AS released`,
+    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} THEN ${lockFunction('session', mode, false, true)}(${args.text}) END AS released`,
     params: [...args.params, holderPid],
   };
 }
@@ -197,12 +210,6 @@ export const cancelBackendStatement = (pid: number): Statement => ({
   text: 'SELECT pg_cancel_backend($1::int4) AS cancelled',
   params: [pid],
 });
-
-/**
- * For adapters whose driver cannot tell when a connection dies: the server pid of the current
- * connection (one row, `pid`), to watch it with {@link deadBackendsStatement}.
- */
-export const BACKEND_PID = 'SELECT pg_backend_pid() AS pid';
 
 /** Which of `pids` no longer have a backend: rows of `pid`. */
 export function deadBackendsStatement(pids: readonly number[]): Statement {
