@@ -19,6 +19,7 @@ import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import { PrismaPg } from '@prisma/adapter-pg';
+import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
@@ -26,6 +27,9 @@ import pg from 'pg';
 import postgres from 'postgres';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
 import { measureMemory } from './memory.js';
+import { startPgBossPeer } from './pg-boss.js';
+import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
+import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
 import { measureScale, type ScaleReport } from './scale.js';
 
@@ -66,20 +70,6 @@ async function connectRedis(): Promise<Redis | string> {
 /** Releases a Redis lock only if it is still ours. */
 const RELEASE =
   "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
-
-// The JavaScript flavour of a generated client (prisma/schema.prisma), made by the build.
-const { PrismaClient } = createRequire(import.meta.url)('../generated-js/index.js') as {
-  PrismaClient: new (options: {
-    adapter: PrismaPg;
-  }) => {
-    $transaction<R>(
-      fn: (tx: { $queryRawUnsafe<T>(q: string, ...v: unknown[]): Promise<T> }) => Promise<R>,
-      o?: { timeout?: number; maxWait?: number },
-    ): Promise<R>;
-    $queryRawUnsafe<T>(q: string, ...v: unknown[]): Promise<T>;
-    $disconnect(): Promise<void>;
-  };
-};
 
 const { values: flags } = parseArgs({
   options: {
@@ -125,7 +115,49 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     path: '@lockkit/drizzle (node-postgres)',
     kind: 'run',
   },
+  'drizzle (node-postgres) transaction reference (try-lock, no lockkit)': {
+    path: 'drizzle (node-postgres) transaction',
+    kind: 'run',
+  },
+  'drizzle (postgres.js) transaction reference (try-lock, no lockkit)': {
+    path: 'drizzle (postgres.js) transaction',
+    kind: 'run',
+  },
+  '@lockkit/drizzle (postgres.js) runExclusiveJob, run decision': {
+    path: '@lockkit/drizzle (postgres.js)',
+    kind: 'run',
+  },
+  'prisma $transaction reference (try-lock, no lockkit)': {
+    path: 'prisma $transaction',
+    kind: 'run',
+  },
+  '@lockkit/prisma runExclusiveJob, run decision': { path: '@lockkit/prisma', kind: 'run' },
+  'pg-boss 10 singleton job cycle (send, fetch, complete)': {
+    path: 'pg-boss 10 singleton job',
+    kind: 'run',
+  },
+  'pg-boss 10 singleton job, one hot queue': { path: 'pg-boss 10 singleton job', kind: 'hot' },
 };
+
+/** Client and servers on different CPUs for the 1-client rows, where this machine allows it. */
+async function pinForOneClient(url: string): Promise<Pinning> {
+  const redis = await connectRedis();
+  let redisPid: number | undefined;
+  if (typeof redis !== 'string') {
+    const info = await redis.info('server');
+    redisPid = Number(/^process_id:(\d+)/m.exec(info)?.[1]) || undefined;
+    redis.disconnect();
+  }
+  // A backend of the server, alive while pinning: its parent is the postmaster.
+  const probe = new pg.Client({ connectionString: url });
+  await probe.connect();
+  try {
+    const { rows } = await probe.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    return pinApart({ postgresBackendPid: rows[0]?.pid, postgresLocal: isLocalUrl(url), redisPid });
+  } finally {
+    await probe.end();
+  }
+}
 
 async function main(): Promise<void> {
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
@@ -138,6 +170,7 @@ async function main(): Promise<void> {
   let roundTrips = new Map<string, RoundTrips>();
   let memory: ReturnType<typeof measureMemory> | undefined;
   let scale: ScaleReport | undefined;
+  let pinning: Pinning | undefined;
   try {
     roundTrips = await countRoundTrips(url);
     memory = measureMemory(url, fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)));
@@ -148,6 +181,10 @@ async function main(): Promise<void> {
         : await measureScale(url, worker, 8, 1000, 30);
     }
     for (const clients of clientCounts) {
+      if (clients === 1) {
+        pinning = await pinForOneClient(url);
+        notes.add(pinning.note);
+      }
       const pool = new pg.Pool({ connectionString: url, max: clients });
       pool.on('error', () => {});
       const locks = createLockKit(pool);
@@ -161,11 +198,18 @@ async function main(): Promise<void> {
       const sql = postgres(url, { max: clients, onnotice: () => {} });
       const pjsLocks = createPostgresLockKit(sql);
       const drizzlePgLocks = createDrizzleLockKit(drizzleNodePostgres(pool));
+      const tryLockSql = (client: number) => {
+        const [k1, k2] = referenceKeys[client] as [number, number];
+        return drizzleSql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`;
+      };
       const prismaPool = new pg.Pool({ connectionString: url, max: clients });
       prismaPool.on('error', () => {});
       const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
       const prismaLocks = createPrismaLockKit(prisma);
-      const drizzlePjsLocks = createDrizzleLockKit(drizzlePostgresJs(sql));
+      const drizzlePg = drizzleNodePostgres(pool);
+      const drizzlePjs = drizzlePostgresJs(sql);
+      const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
+      const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
       const runJobs = Array.from({ length: clients }, (_, i) => `run-${i}`);
@@ -290,6 +334,10 @@ async function main(): Promise<void> {
             pjsLocks.runExclusiveJob(namespace, skipJobs[client] as string, async () => {}),
         },
         {
+          name: 'drizzle (node-postgres) transaction reference (try-lock, no lockkit)',
+          operation: (client) => drizzlePg.transaction((tx) => tx.execute(tryLockSql(client))),
+        },
+        {
           name: '@lockkit/drizzle (node-postgres) runExclusiveJob, run decision',
           operation: (client) =>
             drizzlePgLocks.runExclusiveJob(namespace, `dpg-${runJobs[client]}`, async () => {}),
@@ -309,9 +357,21 @@ async function main(): Promise<void> {
             prismaLocks.runExclusiveJob(namespace, `prisma-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'drizzle (postgres.js) transaction reference (try-lock, no lockkit)',
+          operation: (client) => drizzlePjs.transaction((tx) => tx.execute(tryLockSql(client))),
+        },
+        {
           name: '@lockkit/drizzle (postgres.js) runExclusiveJob, run decision',
           operation: (client) =>
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',
+          operation: (client) => boss.cycle(client),
+        },
+        {
+          name: 'pg-boss 10 singleton job, one hot queue',
+          operation: (client) => boss.cycle(client, true),
         },
       ];
       // Sanity: the skip scenario skips and the run scenario runs.
@@ -345,6 +405,9 @@ async function main(): Promise<void> {
       await sql.end({ timeout: 5 });
       await prisma.$disconnect();
       await prismaPool.end();
+      await boss.close();
+      pinning?.restore();
+      pinning = undefined;
       const results = scenarios.map((s) => ({ name: s.name, m: median(runs.get(s.name) ?? []) }));
       const opsPerSecond = (m: Measurement) => m.operations / m.seconds;
       const floor = opsPerSecond((results[0] as { m: Measurement }).m);
@@ -363,6 +426,7 @@ async function main(): Promise<void> {
       }
     }
   } finally {
+    pinning?.restore();
     await embedded?.stop();
   }
   const server = process.env.DATABASE_URL ? 'DATABASE_URL server' : 'embedded PostgreSQL';

@@ -13,9 +13,14 @@ import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
+import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import postgres from 'postgres';
+import { startPgBossPeer } from './pg-boss.js';
+import { PrismaClient } from './prisma-client.js';
 
 /** Run and skip round trips of one path. */
 export interface RoundTrips {
@@ -43,6 +48,9 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   await holder.connect();
   const pool = new pg.Pool({ connectionString: proxy.url, max: 1 });
   const sql = postgres(proxy.url, { max: 1, onnotice: () => {} });
+  const prismaPool = new pg.Pool({ connectionString: proxy.url, max: 1 });
+  const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
+  const boss = await startPgBossPeer(proxy.url, 1);
   const results = new Map<string, RoundTrips>();
   try {
     const keys = (job: string) => generateLockKeys(namespace, job);
@@ -70,8 +78,22 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     const kit = createLockKit(pool);
     const oneTrip = createLockKit(pool, { oneRoundTripSkip: true });
     const pjs = createPostgresLockKit(sql);
-    const dz = createDrizzleLockKit(drizzle(pool));
+    const bareDrizzle = drizzle(pool);
+    const dz = createDrizzleLockKit(bareDrizzle);
+    const prismaKit = createPrismaLockKit(prisma);
     const task = async () => {};
+    const drizzleReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return bareDrizzle.transaction((tx) =>
+        tx.execute(drizzleSql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`),
+      );
+    };
+    const prismaReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return prisma.$transaction((tx) =>
+        tx.$queryRawUnsafe('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', k1, k2),
+      );
+    };
     const paths: [string, Decide][] = [
       ['seed reference', reference],
       ['hand-written 2-trip', handWritten],
@@ -79,6 +101,9 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['@lockkit/pg oneRoundTripSkip', (job) => oneTrip.runExclusiveJob(namespace, job, task)],
       ['@lockkit/postgres', (job) => pjs.runExclusiveJob(namespace, job, task)],
       ['@lockkit/drizzle (node-postgres)', (job) => dz.runExclusiveJob(namespace, job, task)],
+      ['drizzle (node-postgres) transaction', drizzleReference],
+      ['@lockkit/prisma', (job) => prismaKit.runExclusiveJob(namespace, job, task)],
+      ['prisma $transaction', prismaReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
@@ -108,10 +133,22 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       counted: 'proxy',
     });
     await advHolder?.();
+    // pg-boss: a skip is `send` refused because the job already waits in the queue.
+    await boss.cycle(0); // warm
+    const bossRun = await count(() => boss.cycle(0), 'unused');
+    await boss.park(0);
+    results.set('pg-boss 10 singleton job', {
+      run: bossRun,
+      skip: await count(() => boss.cycle(0), 'unused'),
+      counted: 'proxy',
+    });
     results.set('Redis SET NX PX + Lua release', { run: 2, skip: 1, counted: 'protocol' });
     results.set('node-redlock 4', { run: 2, skip: 1, counted: 'protocol' });
     return results;
   } finally {
+    await boss.close();
+    await prisma.$disconnect();
+    await prismaPool.end();
     await pool.end();
     await sql.end({ timeout: 5 });
     await holder.end();
