@@ -11,7 +11,15 @@ import {
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
-import { type PgPoolClientLike, type PgPoolLike, pgExecutor } from '@lockkit/pg';
+import {
+  guardCheckouts,
+  type PgEventSourceLike,
+  type PgPoolClientLike,
+  type PgPoolEventsLike,
+  type PgPoolLike,
+  pgExecutor,
+  slotOf,
+} from '@lockkit/pg';
 import {
   type PostgresReservedLike,
   type PostgresSqlLike,
@@ -66,18 +74,12 @@ function rowsOf(result: unknown): Row[] {
   return Array.isArray(rows) ? (rows as Row[]) : [];
 }
 
-/** A pg-style client whose 'error'/'end' events tell that the connection died. */
-interface EventfulClient {
-  on(event: string, listener: (...args: unknown[]) => void): unknown;
-  removeListener(event: string, listener: (...args: unknown[]) => void): unknown;
-}
-
-function isEventful(value: unknown): value is EventfulClient {
+/** A pg-style client, whose 'error'/'end' events tell that the connection died. */
+function isEventful(value: unknown): value is PgEventSourceLike {
   return (
     typeof value === 'object' &&
     value !== null &&
-    typeof (value as EventfulClient).on === 'function' &&
-    typeof (value as EventfulClient).removeListener === 'function'
+    typeof (value as { on?: unknown }).on === 'function'
   );
 }
 
@@ -128,6 +130,12 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
   const name = options.name ?? 'drizzle';
   const transactionPooler = options.transactionPooler === true;
   const kind = kindOf(db.$client);
+  // Drizzle checks connections out and sends BEGIN and COMMIT itself, outside lockkit's callback:
+  // a server lost just then must not be an unhandled 'error' event that crashes the process.
+  if (kind === 'pg-pool' && isEventful(db.$client)) {
+    guardCheckouts(db.$client as unknown as PgPoolEventsLike);
+  }
+  if (kind === 'pg-client' && isEventful(db.$client)) slotOf(db.$client);
   // One pg.Client under Drizzle: operations must take turns on it.
   let tail: Promise<void> = Promise.resolve();
   const turn = async <T>(fn: () => Promise<T>): Promise<T> => {
@@ -151,14 +159,11 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
       let running: Promise<T> | undefined;
       try {
         return await db.transaction(async (tx) => {
-          // node-postgres: the transaction's PoolClient; watch it (and keep a backend death from
-          // being an unhandled 'error' event while Drizzle has it checked out).
+          // node-postgres: the transaction's PoolClient. Its slot's listeners (on since checkout,
+          // see guardCheckouts above) report a backend death to this transaction while it runs.
           const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
-          const onError = (error: unknown) => fate.abort(error);
-          const onEnd = () => fate.abort(new Error('Connection ended'));
-          const watched = kind !== 'postgres-js' && isEventful(client) ? client : undefined;
-          watched?.on('error', onError);
-          watched?.on('end', onEnd);
+          const slot = kind !== 'postgres-js' && isEventful(client) ? slotOf(client) : undefined;
+          if (slot) slot.current = fate;
           const query: QueryFn = async (text, params) => {
             if (fate.aborted) throw fate.reason;
             try {
@@ -181,8 +186,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
           } catch (error) {
             outcome = { ok: false, error };
           } finally {
-            watched?.removeListener('error', onError);
-            watched?.removeListener('end', onEnd);
+            if (slot?.current === fate) slot.current = undefined;
           }
           if (fate.aborted && kind === 'postgres-js') {
             // postgres.js has already rejected this transaction; settling the callback now would

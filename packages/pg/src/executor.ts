@@ -13,6 +13,7 @@ import {
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
+import { slotOf } from './connection-slots.js';
 
 /** The part of a `pg` query result we read. */
 export interface PgResultLike {
@@ -66,28 +67,6 @@ function isConnectionError(error: unknown): boolean {
 interface Lease<C extends PgClientLike> {
   readonly client: C;
   readonly done: (broken: Error | undefined) => void;
-}
-
-/**
- * Each connection's current lease, and the listeners that report to it. The listeners go on a
- * connection once, at its first lease, and stay: adding and removing two listeners per lock
- * decision costs more than keeping them. While the connection sits idle they do nothing (the
- * pool's own listener handles an idle connection's error).
- */
-const leasesOf = new WeakMap<PgClientLike, { current: ConnectionFate | undefined }>();
-
-function slotOf(client: PgClientLike): { current: ConnectionFate | undefined } {
-  let slot = leasesOf.get(client);
-  if (!slot) {
-    const created: { current: ConnectionFate | undefined } = { current: undefined };
-    // Without an 'error' listener, a backend terminated while the connection is checked out
-    // would crash the process; with one, the task learns of it through its signal.
-    client.on('error', (error: Error) => created.current?.abort(error));
-    client.on('end', () => created.current?.abort(new Error('Connection ended')));
-    leasesOf.set(client, created);
-    slot = created;
-  }
-  return slot;
 }
 
 /** Watches one checked-out connection: its fate turns aborted when the connection errors or ends. */

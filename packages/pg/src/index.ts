@@ -25,6 +25,13 @@ import {
 } from './executor.js';
 
 export {
+  type ConnectionSlot,
+  guardCheckouts,
+  type PgEventSourceLike,
+  type PgPoolEventsLike,
+  slotOf,
+} from './connection-slots.js';
+export {
   type PgClientLike,
   type PgExecutorOptions,
   type PgPoolClientLike,

@@ -8,7 +8,14 @@ import { LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLockKit, type PgPoolClientLike, type PgPoolLike, pgExecutor } from '../src/index.js';
+import {
+  createLockKit,
+  guardCheckouts,
+  type PgPoolClientLike,
+  type PgPoolLike,
+  pgExecutor,
+  slotOf,
+} from '../src/index.js';
 
 const pools: pg.Pool[] = [];
 function newPool(max: number): pg.Pool {
@@ -128,6 +135,34 @@ describe('pgExecutor over a pg.Pool', () => {
     });
     expect(r.executed && pids.has(r.result)).toBe(false);
     expect(pool.totalCount).toBe(1);
+  });
+
+  it('guardCheckouts: a client checked out by someone else survives its backend dying', async () => {
+    // What Drizzle does around lockkit's callback: pool.connect(), then its own statements, with
+    // no 'error' listener of its own. Without the guard, the 'error' event crashes the process.
+    const pool = newPool(2);
+    guardCheckouts(pool);
+    const crashes: unknown[] = [];
+    const onUncaught = (error: unknown) => crashes.push(error);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const client = await pool.connect();
+      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const ended = new Promise<void>((resolve) => client.once('end', resolve));
+      const observer = new pg.Client({ connectionString: testDatabaseUrl() });
+      await observer.connect();
+      await observer.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
+      await observer.end();
+      await ended;
+      await expect(client.query('SELECT 1')).rejects.toThrow();
+      client.release(true);
+      expect(crashes).toEqual([]);
+      // Its slot was there all along, and no lease was current: the listeners did nothing else.
+      expect(slotOf(client).current).toBeUndefined();
+      expect(pool.totalCount).toBe(0);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
   });
 });
 
