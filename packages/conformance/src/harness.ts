@@ -46,6 +46,7 @@ export type ConformanceCaseId =
   | 'scheduler.failure-recorded'
   | 'scheduler.overlap-skip'
   | 'scheduler.catch-up'
+  | 'scheduler.catch-up-hole'
   | 'scheduler.lease-mode'
   | 'scheduler.graceful-stop'
   | 'scheduler.worker-processes'

@@ -33,10 +33,10 @@ import {
   abandonStatement,
   claimTickStatement,
   finishTickStatement,
-  highWaterStatement,
   pruneStatement,
   RELEASE_SAVEPOINT,
   ROLLBACK_TO_SAVEPOINT,
+  recentTicksStatement,
   recordTickStatement,
   SAVEPOINT,
   tickStatement,
@@ -183,6 +183,12 @@ interface Job<Tx> {
 }
 
 const MAX_CATCH_UP = 1000;
+
+/**
+ * How many of a job's latest settled ledger rows catch-up reads to find holes in: a tick nobody
+ * ran stays in view until this many later ticks are older than the grace horizon.
+ */
+const CATCH_UP_WINDOW = 10;
 
 /** What the claim transaction of a lease-mode tick decided. */
 type LeaseClaim =
@@ -488,19 +494,23 @@ export class Scheduler<Tx> {
   }
 
   /**
-   * Inside the job's lock: which ticks between the ledger's high-water mark and `tick` nobody ran,
-   * recorded MISSED per policy; returns those to run now.
+   * Inside the job's lock: which ticks up to the grace horizon nobody ran, recorded MISSED per
+   * policy; returns those to run now. Holes are looked for among the job's latest
+   * {@link CATCH_UP_WINDOW} settled ledger rows, not only after the newest row: when every node
+   * fails one tick (the server restarting), the next ticks are recorded before that one is old
+   * enough to be judged, and it must still be found.
    */
   private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn): Promise<Date[]> {
-    const hw = highWaterStatement(this.schema, job.name);
-    const [row] = await query(hw.text, hw.params);
-    if (!row?.tick) return []; // a new job: nothing was ever due
-    const from = new Date(row.tick as string);
     const horizon = Math.min(tick.getTime() - 1, this.now() - this.graceMs);
+    const recent = recentTicksStatement(this.schema, job.name, new Date(horizon), CATCH_UP_WINDOW);
+    const rows = await query(recent.text, recent.params);
+    const oldest = rows.at(-1)?.tick;
+    if (oldest == null) return []; // a new job: nothing settled was ever due
+    const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));
     const gap: Date[] = [];
-    let cursor: Date | null = job.cron.nextRun(from);
+    let cursor: Date | null = job.cron.nextRun(new Date(oldest as string));
     while (cursor && cursor.getTime() <= horizon && gap.length < MAX_CATCH_UP) {
-      gap.push(cursor);
+      if (!settled.has(cursor.getTime())) gap.push(cursor);
       cursor = job.cron.nextRun(cursor);
     }
     if (gap.length === 0) return [];

@@ -238,7 +238,7 @@ export function schedulerCases<Tx, Session>(
 
   test(
     'scheduler.catch-up',
-    "ticks nobody ran are found from the ledger's high-water mark: 'skip' records them MISSED, 'latest' runs the newest",
+    "ticks nobody ran since the ledger's latest row: 'skip' records them MISSED, 'latest' runs the newest",
     () =>
       withSchema(async (schema, locks) => {
         const f = fixture();
@@ -286,6 +286,49 @@ export function schedulerCases<Tx, Session>(
           ran.some((t) => t.getTime() === new Date((caughtUp[1] as { tick: Date }).tick).getTime()),
         ).toBe(true);
         expect(missed.map((e) => e.type === 'missed' && e.job).sort()).toContain('lazy');
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.catch-up-hole',
+    'a tick every node failed is still caught up after later ticks were recorded, exactly once',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        // Every second of the last 8 recorded except one: the server was down for that tick
+        // alone, and the ticks after it ran before it was old enough to be judged.
+        const now = secondsAgo(0).getTime();
+        const hole = new Date(now - 5000);
+        for (const job of ['retried', 'skipped']) {
+          for (let s = 8; s >= 0; s--) {
+            if (s === 5) continue;
+            await f.observer.query(
+              `INSERT INTO "${schema}".runs (job, tick, status, finished_at) VALUES ($1, $2, 'SUCCEEDED', now())`,
+              [job, new Date(now - s * 1000).toISOString()],
+            );
+          }
+        }
+        const ran: number[] = [];
+        const s = createScheduler(locks, { catchUpGraceMs: 1000 });
+        s.register(
+          'retried',
+          '* * * * * *',
+          async (run) => {
+            ran.push(run.tick.getTime());
+          },
+          { catchUp: { withinMs: 60_000 } },
+        );
+        s.register('skipped', '* * * * * *', async () => {}, { catchUp: 'skip' });
+        await s.start();
+        await sleep(1500);
+        await s.stop();
+        expect(ran.filter((t) => t === hole.getTime())).toHaveLength(1);
+        const status = async (job: string) =>
+          (await ledger(schema, job)).find((r) => new Date(r.tick).getTime() === hole.getTime())
+            ?.status;
+        expect(await status('retried')).toBe('SUCCEEDED');
+        expect(await status('skipped')).toBe('MISSED');
       }),
     30_000,
   );

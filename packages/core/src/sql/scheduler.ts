@@ -14,11 +14,21 @@ export function tickStatement(schema: string, job: string, tick: Date): Statemen
   };
 }
 
-/** The job's high-water mark: the latest tick in the ledger (`tick`, or null). */
-export function highWaterStatement(schema: string, job: string): Statement {
+/**
+ * The job's `limit` latest ticks in the ledger at or before `horizon` (`tick`, newest first): the
+ * settled part of its history that catch-up looks for holes in. A tick every node failed to run
+ * has no row, yet later ticks may already have theirs; reading a window of rows below the horizon,
+ * rather than only the newest row, keeps such a hole in view until it is old enough to judge.
+ */
+export function recentTicksStatement(
+  schema: string,
+  job: string,
+  horizon: Date,
+  limit: number,
+): Statement {
   return {
-    text: `SELECT max(tick) AS tick FROM ${schema}.runs WHERE job = $1`,
-    params: [job],
+    text: `SELECT tick FROM ${schema}.runs WHERE job = $1 AND tick <= $2 ORDER BY tick DESC LIMIT $3::int4`,
+    params: [job, horizon.toISOString(), limit],
   };
 }
 
