@@ -16,11 +16,16 @@ export default async function setup(project: TestProject): Promise<() => Promise
   console.log(
     `[lockkit test-db] ${database.source} PostgreSQL at ${where} (${Date.now() - started} ms)`,
   );
-  // PgBouncer only for packages that ask for it (LOCKKIT_TEST_PGBOUNCER=1 in their config).
+  // PgBouncer only for packages that ask for it (LOCKKIT_TEST_WANTS_PGBOUNCER=1 in their config),
+  // unless this run leaves it out (LOCKKIT_TEST_PGBOUNCER=0).
   let bouncer: PgBouncer | undefined;
   let missing = '';
   if (process.env.LOCKKIT_TEST_WANTS_PGBOUNCER === '1') {
-    if (findPgBouncer()) {
+    if (process.env.LOCKKIT_TEST_PGBOUNCER === '0') {
+      // A second pass over another server can leave the PgBouncer cases to the first (CI does).
+      missing = 'LOCKKIT_TEST_PGBOUNCER=0 leaves PgBouncer out of this run';
+      console.log(`[lockkit test-db] PgBouncer tests will be skipped: ${missing}`);
+    } else if (findPgBouncer()) {
       bouncer = await startPgBouncer(database.url);
     } else {
       missing = 'pgbouncer is not installed (Debian: apt-get install pgbouncer)';
