@@ -22,7 +22,7 @@ export const FAULT_KINDS = [
   'kill', // SIGKILL a worker; a new one takes its place shortly after
   'stop', // SIGSTOP a worker for a while (a long GC pause, a frozen container), then SIGCONT
   'terminate', // pg_terminate_backend on a backend holding an advisory lock
-  'restart', // restart the PostgreSQL server (immediate shutdown: every connection cut)
+  'restart', // crash the PostgreSQL server (every connection cut), keep it down 3–5 s, start it
   'drop', // the network between one worker and Postgres drops every connection
   'stall', // the network between one worker and Postgres stops carrying bytes for a while
   'skew', // one worker's clock jumps to a new offset
@@ -37,7 +37,7 @@ export interface PlannedFault {
   readonly kind: FaultKind;
   /** Which worker slot it hits (kill, stop, drop, stall, skew). */
   readonly slot: number;
-  /** How long it lasts (stop, stall), or the new clock offset (skew). */
+  /** How long it lasts (stop, stall, restart: the server's time down), or the new clock offset (skew). */
   readonly amount: number;
 }
 
@@ -80,7 +80,12 @@ export function planFaults(seed: number, durationMs: number, workers: number): P
         ? 1000 + pick(4000) // 1–5 s: some shorter, some longer than the lease TTL
         : kind === 'skew'
           ? pick(1601) - 800 // ±800 ms
-          : 0;
+          : kind === 'restart'
+            ? // 3–5 s down: longer than the workers' clock spread (±800 ms) plus a tick, so that
+              // every worker fails whole ticks. Derived from the offset, not drawn, so that the
+              // other faults of a seed stay where they were.
+              3000 + (at % 2001)
+            : 0;
     faults.push({ atMs: at, kind, slot: pick(workers), amount });
   }
   return faults;

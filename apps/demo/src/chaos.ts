@@ -93,6 +93,7 @@ interface WorkerMessage {
   readonly at: number;
   readonly token?: string;
   readonly job?: string;
+  readonly tick?: number;
   readonly error?: string;
 }
 
@@ -390,7 +391,7 @@ async function run(
       }
       case 'restart': {
         const down = Date.now();
-        await server.restart('immediate');
+        await server.restart('immediate', fault.amount);
         downtime.push([down, Date.now()]);
         break;
       }
@@ -513,6 +514,16 @@ async function judge(
       if ((claimTokens[i] as bigint) <= (claimTokens[i - 1] as bigint)) tokenViolations++;
     }
     const staleWritesRefused = messages.filter((m) => m.type === 'stale-write-refused').length;
+    // Attempts at a judged tick that failed for want of the database (the tick stays free), and
+    // how many of those ticks were then run late by catch-up, after the ticks that followed them.
+    const judged = (m: WorkerMessage) =>
+      m.job !== undefined && m.tick !== undefined && m.tick >= from && m.tick <= to;
+    const tickErrors = messages.filter((m) => m.type === 'error' && judged(m)).length;
+    const ranLate = new Set(
+      messages
+        .filter((m) => m.type === 'ran' && judged(m) && m.at - (m.tick as number) > 2000)
+        .map((m) => `${m.job}@${m.tick}`),
+    ).size;
 
     // Recovery: from a fault that hit a holder to the next holder's start.
     const leaseTakeovers: number[] = [];
@@ -592,6 +603,8 @@ async function judge(
           max: max(txTakeovers),
         },
       },
+      tickErrors,
+      ranLate,
       leaseClaims: claims.length,
       fencedWrites: writes.length,
       staleWritesRefused,
@@ -610,6 +623,7 @@ async function judge(
           `verdict (seed ${o.seed}): ${ok ? 'every invariant held' : 'INVARIANTS VIOLATED'}`,
           `  ticks ${due}: executed ${executed}, duplicates ${duplicates}, missed ${missed}, skipped as overlapping ${overlapSkipped}, failed ${failed}`,
           `  faults: ${FAULT_KINDS.map((k) => `${k} ${faults[k]}`).join(', ')}; server down ${verdict.serverDowntimeMs} ms in all`,
+          `  attempts that failed for want of the database: ${tickErrors}; ticks run more than 2 s late: ${ranLate}`,
           `  takeover after a holder was hit: lease median ${verdict.takeoverMs.lease.median} ms, max ${verdict.takeoverMs.lease.max} ms; transaction median ${verdict.takeoverMs.transaction.median} ms, max ${verdict.takeoverMs.transaction.max} ms`,
           `  lease: ${claims.length} claims, ${writes.length} fenced writes, ${staleWritesRefused} stale writes refused, ${staleWritesAccepted} accepted; token order violations ${tokenViolations}`,
           `  observer: ${observed.samples} samples of pg_locks, ${observed.exclusivityViolations} with two holders of one lock`,

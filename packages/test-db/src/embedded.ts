@@ -24,8 +24,9 @@ export interface EmbeddedServer {
    * Stops the server and starts it again on the same data directory and port, for fault tests.
    * `'fast'` is a clean fast shutdown (SIGINT); `'immediate'` is SIGQUIT, which ends every
    * backend at once and makes the next start run crash recovery, like a server crash.
+   * `downMs` keeps it down that long before starting it again, like a failover that takes time.
    */
-  restart(mode?: 'fast' | 'immediate'): Promise<void>;
+  restart(mode?: 'fast' | 'immediate', downMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -222,9 +223,10 @@ export async function startEmbeddedPostgres(
   return {
     url,
     port,
-    async restart(mode = 'fast') {
+    async restart(mode = 'fast', downMs = 0) {
       if (stopped) throw new Error('the embedded server was stopped');
       await halt(child, mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
+      if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs));
       child = await launch();
     },
     stop() {

@@ -63,4 +63,24 @@ describe('startEmbeddedPostgres', () => {
       await server.stop();
     }
   });
+
+  it('stays down for downMs before it starts again', async () => {
+    const server = await startEmbeddedPostgres({ durable: true });
+    try {
+      const restarted = server.restart('immediate', 1500);
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      const during = new pg.Client({ connectionString: server.url, connectionTimeoutMillis: 500 });
+      during.on('error', () => {});
+      await expect(during.connect()).rejects.toThrow();
+      await restarted;
+      const after = new pg.Client({ connectionString: server.url });
+      after.on('error', () => {});
+      await after.connect();
+      const { rows } = await after.query<{ one: number }>('SELECT 1 AS one');
+      await after.end();
+      expect(rows[0]?.one).toBe(1);
+    } finally {
+      await server.stop();
+    }
+  });
 });
