@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import {
   createLockClient,
+  isLockkitError,
   LeaseLostError,
   type LeaseResult,
   type LockClient,
@@ -15,6 +16,7 @@ import {
 import { expect, it } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+import { leaseRaceCases } from './lease-races.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -289,6 +291,63 @@ export function leaseCases<Tx, Session>(
         expect(row).toEqual({ attempts: '5', status: 'COMPLETED' });
       }),
   );
+
+  test(
+    'leases.bad-options-and-abort',
+    'an aborted signal rejects with ABORTED and bad options with OPTION_INVALID before any SQL; a task that returns after its abort is recorded FAILED',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const { namespace, jobKey } = job();
+        const rowOf = () =>
+          f.observer.query<{ status: string; last_error: string | null }>(
+            `SELECT status, last_error FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+            [namespace, jobKey],
+          );
+        let calls = 0;
+        const task = async () => {
+          calls++;
+          return 'ran';
+        };
+        const shutdown = new AbortController();
+        shutdown.abort(new Error('shutting down'));
+        const early = await rejection(
+          locks.runWithLease(namespace, jobKey, task, { signal: shutdown.signal }),
+        );
+        expect(isLockkitError(early) && early.code).toBe('ABORTED');
+        for (const bad of [null, 'fast', 42, ['ttlMs']]) {
+          const refused = await rejection(
+            locks.runWithLease(namespace, jobKey, task, bad as unknown as undefined),
+          );
+          expect(isLockkitError(refused) && refused.code, `options ${JSON.stringify(bad)}`).toBe(
+            'OPTION_INVALID',
+          );
+        }
+        expect({ calls, rows: await rowOf() }).toEqual({ calls: 0, rows: [] });
+
+        // Aborted mid-run, the task returns (say, after breaking out of its loop): that run did
+        // not complete, and the record must not say it did.
+        const stop = new AbortController();
+        const midRun = await rejection(
+          locks.runWithLease(
+            namespace,
+            jobKey,
+            async (lease) => {
+              stop.abort(new Error('shutting down'));
+              expect(lease.signal.aborted).toBe(true);
+              return 'stopped early';
+            },
+            { signal: stop.signal },
+          ),
+        );
+        expect(isLockkitError(midRun) && midRun.code).toBe('ABORTED');
+        const [row] = await rowOf();
+        expect(row?.status).toBe('FAILED');
+        expect(row?.last_error).toMatch(/abort/i);
+      }),
+  );
+
+  leaseRaceCases(adapter, fixture);
 
   if (!adapter.workerModule) {
     it.skip(`leases.killed-holder-process: skipped — the adapter gave no workerModule to run in a worker process`, () => {});
