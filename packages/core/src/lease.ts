@@ -10,8 +10,8 @@
  * Three promises, and what keeps each (the SQL's side is in `sql/leases.ts`):
  * - Never two holders at once. Expiry is the database clock at the moment of each write; the
  *   holder counts its own deadline from when it *sent* its last successful claim or renewal, minus
- *   the safety margin, so it gives up before the database lets anyone else in; a claim that comes
- *   back with less than the margin left is given back instead of started.
+ *   the safety margin, so it gives up before the database lets anyone else in; a claim answered
+ *   so late that its first renewal could not come back in time is given back instead of started.
  * - A claim never waits on another holder: it takes no row lock unless the lease is free or
  *   expired, and skips a row someone holds a lock on.
  * - A live holder is never starved: nothing a rival does, and none of the holder's own fenced
@@ -130,9 +130,9 @@ export interface LeaseOperations<Tx> {
    *
    * Exactly one caller claims; the others get `{ executed: false, holder }` at once, without
    * waiting on the holder or on each other. The winner's task runs outside any transaction with a
-   * fencing token and a signal that fires if the lease is lost; it never starts on a lease with
-   * less than `safetyMarginMs` left (such a claim is given back and the call rejects with
-   * {@link LeaseLostError}). On return the run is recorded COMPLETED (or FAILED with the task's
+   * fencing token and a signal that fires if the lease is lost. It never starts on a lease it
+   * cannot keep: a claim answered more than half of `ttlMs − safetyMarginMs` after it was sent (a
+   * slow link, a stalled process) is given back and the call rejects with {@link LeaseLostError}. On return the run is recorded COMPLETED (or FAILED with the task's
    * error) under the token; a holder that lost its lease gets {@link LeaseLostError} instead, its
    * record refused. A dead holder's lease is taken over by the next claimer after it expires: no
    * sweeper needed. Renewals need a pooled connection of their own while the task holds one.
@@ -296,7 +296,9 @@ class Heartbeat {
   }
 
   private schedule(at: number): void {
-    this.dueAt = at;
+    // Never due in the past (a claim answered late makes the first renewal due at once): lateness
+    // is measured from here, and must mean the event loop, not a slow claim.
+    this.dueAt = Math.max(at, performance.now());
     this.renewTimer = setTimeout(
       () => {
         this.beating = this.beat();
@@ -490,17 +492,21 @@ export async function holdLease<Tx, T>(
     });
   };
 
-  // A claim answered too late — a slow link, a stalled process — leaves less than the margin:
-  // starting the task on it could outlive the lease before the first renewal. Give it back (the
-  // next claimer need not wait for it to expire) and let the caller try again.
-  if (beats.remaining() <= 0) {
+  // A claim answered late — a slow link, a stalled process — is given back rather than started
+  // when less time is left before the local deadline than the claim itself took: the first
+  // renewal, as slow a round trip, could not come back in time, and the task would start on a
+  // lease it cannot keep. That is, answered more than half of ttlMs − safetyMarginMs after it was
+  // sent (so always with more than the margin left in the database). Given back, the next claimer
+  // need not wait for it to expire.
+  const claimTookMs = performance.now() - lease.claimSentAt;
+  if (claimTookMs > (s.ttlMs - s.safetyMarginMs) / 2) {
     lose(
-      `the claim was answered ${Math.round(performance.now() - lease.claimSentAt)} ms after it was sent, leaving less than safetyMarginMs (${s.safetyMarginMs} ms) of ttlMs (${s.ttlMs} ms); it was given back without starting the task`,
+      `the claim was answered ${Math.round(claimTookMs)} ms after it was sent, more than half of ttlMs − safetyMarginMs (${s.ttlMs - s.safetyMarginMs} ms): too little was left to renew in time, so it was given back without starting the task`,
     );
     await beats.stop();
     await record({
       failed: true,
-      error: 'LeaseLostError: claimed too late: less than safetyMarginMs of the TTL was left',
+      error: 'LeaseLostError: claimed too late: given back without starting the task',
     }).catch(() => false);
     throw lost.signal.reason as LeaseLostError;
   }

@@ -73,13 +73,14 @@ export function leaseRaceCases<Tx, Session>(
 
   test(
     'leases.claim-keeps-margin',
-    'a claim that comes back with less than the safety margin of its TTL left (a slow link) does not start the task',
+    'a claim that comes back too late to renew in time (a slow link) is given back without starting the task',
     () =>
       withSchema(async (schema, locks) => {
         const f = fixture();
         const { namespace, jobKey } = job();
         // 250 ms each way: from sending the claim to the COMMIT's answer takes at least two round
-        // trips, 1,000 ms, while ttlMs − safetyMarginMs is 600 ms.
+        // trips, 1,000 ms: more than ttlMs − safetyMarginMs (600 ms), so on the old code the task
+        // started on a lease the database had already let go.
         const proxy = await startRoundTripProxy(f.url, { latencyMs: 250 });
         try {
           const slow = createLockClient(f.newInstance(2, proxy.url).executor, { schema });
