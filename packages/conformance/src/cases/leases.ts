@@ -16,6 +16,7 @@ import {
 import { expect, it } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+import { leaseFuzzCases } from './lease-fuzz.js';
 import { leaseRaceCases } from './lease-races.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -348,6 +349,7 @@ export function leaseCases<Tx, Session>(
   );
 
   leaseRaceCases(adapter, fixture);
+  leaseFuzzCases(adapter, fixture);
 
   if (!adapter.workerModule) {
     it.skip(`leases.killed-holder-process: skipped — the adapter gave no workerModule to run in a worker process`, () => {});
