@@ -448,10 +448,10 @@ export async function holdLease<Tx, T>(
   const heldSince = performance.now();
   emit?.({ type: 'lease-claimed', namespace, jobKey, token, tookOver: lease.tookOver });
   const lost = new AbortController();
-  let heartbeat: Heartbeat | undefined;
+  // Called only from timers, answers and later checks: never before `beats` exists.
   const lose = (reason: string) => {
     if (lost.signal.aborted) return;
-    void heartbeat?.stop();
+    void beats.stop();
     emit?.({ type: 'lease-lost', namespace, jobKey, token, reason });
     const error = new LeaseLostError(
       `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
@@ -472,7 +472,6 @@ export async function holdLease<Tx, T>(
     lose,
     lease.claimSentAt,
   );
-  heartbeat = beats;
   const remainingMs = (): number => {
     if (lost.signal.aborted) return 0;
     const left = beats.remaining();
@@ -504,10 +503,14 @@ export async function holdLease<Tx, T>(
       `the claim was answered ${Math.round(claimTookMs)} ms after it was sent, more than half of ttlMs − safetyMarginMs (${s.ttlMs - s.safetyMarginMs} ms): too little was left to renew in time, so it was given back without starting the task`,
     );
     await beats.stop();
-    await record({
+    // Only the lease row: the caller's own records (alsoRecord) stay as for any lost lease.
+    const giveBack = finishStatement(schema, namespace, jobKey, token, {
       failed: true,
       error: 'LeaseLostError: claimed too late: given back without starting the task',
-    }).catch(() => false);
+    });
+    await executor
+      .transaction(({ query }) => query(giveBack.text, giveBack.params))
+      .catch(() => undefined);
     throw lost.signal.reason as LeaseLostError;
   }
 
