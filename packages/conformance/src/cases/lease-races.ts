@@ -3,7 +3,6 @@
  * is already (nearly) over; neither a rival's claims nor the holder's own fenced writes hold up the
  * holder's renewals; a rival that loses learns who holds the lease.
  */
-import { randomBytes } from 'node:crypto';
 import {
   createLockClient,
   LeaseLostError,
@@ -15,7 +14,7 @@ import pg from 'pg';
 import { expect } from 'vitest';
 import { type ConformanceAdapter, gate, rejection } from '../harness.js';
 import { startRoundTripProxy } from '../proxy.js';
-import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+import { casesOf, type Fixture } from '../suite.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -35,16 +34,21 @@ async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boo
   return settled;
 }
 
+/** What the leases group shares with these cases. */
+export interface LeaseCaseKit<Tx, Session> {
+  /** Runs `fn` with a fresh schema holding lockkit's tables, and a lock client on it. */
+  readonly withSchema: (
+    fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>,
+  ) => Promise<void>;
+  /** A lease name no other test uses. */
+  readonly job: () => { namespace: string; jobKey: string };
+}
+
 export function leaseRaceCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
+  { withSchema, job }: LeaseCaseKit<Tx, Session>,
 ): void {
-  const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
-    withLockkitSchema(fixture(), fn);
-  const job = () => ({
-    namespace: 'lockkit-conformance-leases',
-    jobKey: randomBytes(8).toString('hex'),
-  });
   const test = casesOf(adapter);
 
   /** A plain connection straight to the server, for holding locks the way another session would. */

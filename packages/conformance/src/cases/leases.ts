@@ -1,6 +1,8 @@
 /**
  * Leases: claimed by exactly one, renewed while held, lost by a stalled holder whose late writes
- * are refused, tokens strictly increasing, and taken over after the holder's process is killed.
+ * are refused, tokens strictly increasing, bad input and aborts refused before any SQL, and taken
+ * over after the holder's process is killed. Under contention: `lease-races.ts`; the keep-alive
+ * fuzz: `lease-fuzz.ts`.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -348,7 +350,7 @@ export function leaseCases<Tx, Session>(
       }),
   );
 
-  leaseRaceCases(adapter, fixture);
+  leaseRaceCases(adapter, fixture, { withSchema, job });
   leaseFuzzCases(adapter, fixture);
 
   if (!adapter.workerModule) {
