@@ -184,7 +184,7 @@ export function leaseRaceCases<Tx, Session>(
                     running.delete(lease.signal);
                   }
                 },
-                { ttlMs: 1000, safetyMarginMs: 200 },
+                { ttlMs: 1000, renewEveryMs: 100, safetyMarginMs: 200 },
               )
               .catch((error: unknown) => {
                 if (!(error instanceof LeaseLostError)) throw error;
@@ -228,7 +228,7 @@ export function leaseRaceCases<Tx, Session>(
 
   test(
     'leases.claim-never-waits',
-    "a rival's claim returns { executed: false, holder } at once while the holder has a fenced write or a renewal open",
+    "a rival's claim returns { executed: false, holder } at once while the holder has a fenced write or a renewal open, and gives up with STATEMENT_TIMEOUT under a table lock",
     () =>
       withSchema(async (schema, locks) => {
         const f = fixture();
@@ -268,13 +268,27 @@ export function leaseRaceCases<Tx, Session>(
           const duringRenewal = rival.runWithLease(namespace, jobKey, async () => 'stolen');
           const renewalSettled = await settlesWithin(duringRenewal, 5000);
           await other.query('ROLLBACK');
-          expect({ fenceSettled, renewalSettled }).toEqual({
+          // 3. A lock no claim can skip: an operator's LOCK TABLE. The claim's statement_timeout
+          // (1 s here) is the backstop: it gives up with a typed error instead of hanging.
+          await other.query('BEGIN');
+          await other.query(`LOCK TABLE "${schema}".leases IN ACCESS EXCLUSIVE MODE`);
+          const duringTableLock = rival
+            .runWithLease(namespace, jobKey, async () => 'stolen', {
+              ttlMs: 1000,
+              safetyMarginMs: 200,
+            })
+            .catch((error: unknown) => error);
+          const tableLockSettled = await settlesWithin(duringTableLock, 10_000);
+          await other.query('ROLLBACK');
+          expect({ fenceSettled, renewalSettled, tableLockSettled }).toEqual({
             fenceSettled: true,
             renewalSettled: true,
+            tableLockSettled: true,
           });
           for (const r of [await duringFence, await duringRenewal]) {
             expect(r).toMatchObject({ executed: false, holder: { token } });
           }
+          expect(await duringTableLock).toMatchObject({ code: 'STATEMENT_TIMEOUT' });
         } finally {
           closeFence.open();
           await other.query('ROLLBACK').catch(() => {});
