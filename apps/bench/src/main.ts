@@ -25,6 +25,7 @@ import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
+import { measureRenewalLatency } from './lease-renewal.js';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
 import { measureMemory } from './memory.js';
 import { startPgBossPeer } from './pg-boss.js';
@@ -77,6 +78,8 @@ const { values: flags } = parseArgs({
     json: { type: 'boolean', default: false },
     // The scale run: 8 processes × 1,000 per-second jobs for 30 s (--quick: 2 × 100 for 5 s).
     scale: { type: 'boolean', default: false },
+    // Only the lease renewal latency with 0 and 16 contenders on the same lease.
+    'lease-renewal': { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -162,6 +165,14 @@ async function pinForOneClient(url: string): Promise<Pinning> {
 async function main(): Promise<void> {
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
   const url = process.env.DATABASE_URL ?? (embedded?.url as string);
+  if (flags['lease-renewal']) {
+    try {
+      await leaseRenewal(url);
+    } finally {
+      await embedded?.stop();
+    }
+    return;
+  }
   const namespace = `bench-${randomBytes(4).toString('hex')}`;
   const lines: string[] = [];
   const notes = new Set<string>();
@@ -475,6 +486,34 @@ async function main(): Promise<void> {
     }
     console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases, memory, scale }));
   }
+}
+
+/**
+ * `--lease-renewal`: p50/p99 of a lease renewal while 0, then 16, contenders hammer the same lease
+ * (LOCKKIT_BENCH_MS per round, default 5000; LOCKKIT_BENCH_ROUNDS rounds, default 3, alternating).
+ */
+async function leaseRenewal(url: string): Promise<void> {
+  const perRound = Number(process.env.LOCKKIT_BENCH_MS ?? (flags.quick ? 1000 : 5000));
+  const results = await measureRenewalLatency(
+    url,
+    fileURLToPath(new URL('./lease-contenders.mjs', import.meta.url)),
+    [0, 16],
+    perRound,
+    rounds,
+  );
+  console.log(
+    `\nlockkit bench — lease renewal latency, @lockkit/pg, ${rounds} rounds × ${perRound} ms per contender count, node ${process.version}\n`,
+  );
+  console.log(
+    '| contenders on the same lease | claims/s (all refused) | renewals | renewal p50 ms | renewal p99 ms | renewal max ms | twin p50 ms | twin p99 ms | lock waits sampled | lease lost |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of results) {
+    console.log(
+      `| ${r.contenders} | ${r.claimsPerSecond} | ${r.renewals} | ${r.p50Ms.toFixed(2)} | ${r.p99Ms.toFixed(2)} | ${r.maxMs.toFixed(2)} | ${r.twinP50Ms.toFixed(2)} | ${r.twinP99Ms.toFixed(2)} | ${r.lockWaitSamples} | ${r.lost ? 'yes' : 'no'} |`,
+    );
+  }
+  if (flags.json) console.log(JSON.stringify({ leaseRenewal: results }));
 }
 
 main().catch((error: unknown) => {

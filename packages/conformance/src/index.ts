@@ -39,7 +39,11 @@ export {
   randomKey,
   taggedUrl,
 } from './harness.js';
-export { type RoundTripProxy, startRoundTripProxy } from './proxy.js';
+export {
+  type RoundTripProxy,
+  type RoundTripProxyOptions,
+  startRoundTripProxy,
+} from './proxy.js';
 
 /** The capability groups of the suite. */
 export type ConformanceGroup =

@@ -1,5 +1,6 @@
 /**
- * A TCP proxy between a driver and Postgres that counts round trips on the wire.
+ * A TCP proxy between a driver and Postgres that counts round trips on the wire, and can make the
+ * wire slow.
  *
  * Every simple Query ('Q') and every extended-protocol Sync ('S') the client sends is answered by
  * one ReadyForQuery ('Z'). A round trip starts when the client sends such a message while none is
@@ -8,6 +9,16 @@
  * without waiting; BEGIN, then after its answer a SELECT, are two.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
+
+/** Options of {@link startRoundTripProxy}. */
+export interface RoundTripProxyOptions {
+  /**
+   * Holds every chunk, in each direction, this many milliseconds before passing it on (order kept):
+   * a slow network, for cases where one connection's latency must not cost another client anything.
+   * Default 0.
+   */
+  readonly latencyMs?: number;
+}
 
 /** A running counting proxy. */
 export interface RoundTripProxy {
@@ -59,7 +70,18 @@ class MessageCounter {
 }
 
 /** Starts a proxy on a free loopback port in front of the server of `databaseUrl`. */
-export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTripProxy> {
+export async function startRoundTripProxy(
+  databaseUrl: string,
+  options: RoundTripProxyOptions = {},
+): Promise<RoundTripProxy> {
+  const latencyMs = options.latencyMs ?? 0;
+  if (!Number.isInteger(latencyMs) || latencyMs < 0)
+    throw new Error(`latencyMs must be a non-negative integer, got ${String(latencyMs)}`);
+  // Equal delays fire in the order they were set, so a delayed stream keeps its byte order.
+  const pass = (to: Socket, chunk: Buffer) => {
+    if (latencyMs === 0) to.write(chunk);
+    else setTimeout(() => to.destroyed || to.write(chunk), latencyMs);
+  };
   const target = new URL(databaseUrl);
   const host = target.hostname || '127.0.0.1';
   const port = Number(target.port || 5432);
@@ -88,11 +110,11 @@ export async function startRoundTripProxy(databaseUrl: string): Promise<RoundTri
     }, true);
     client.on('data', (chunk: Buffer) => {
       fromClient.push(chunk);
-      upstream.write(chunk);
+      pass(upstream, chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
       fromServer.push(chunk);
-      client.write(chunk);
+      pass(client, chunk);
     });
     const end = () => {
       client.destroy();

@@ -25,6 +25,27 @@ describe('runWithLease option checks', () => {
     });
   });
 
+  it.each([
+    ['null', null],
+    ['a string', 'fast'],
+    ['a number', 42],
+    ['an array', ['ttlMs']],
+  ])('refuses options that are %s with OPTION_INVALID', async (_label, options) => {
+    await expect(
+      locks.runWithLease('ns', 'job', task, options as unknown as undefined),
+    ).rejects.toMatchObject({ code: 'OPTION_INVALID' });
+  });
+
+  it('rejects an already-aborted signal with ABORTED, its reason as the cause', async () => {
+    const controller = new AbortController();
+    const reason = new Error('shutting down');
+    controller.abort(reason);
+    const error = await locks
+      .runWithLease('ns', 'job', task, { signal: controller.signal })
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'LockkitError', code: 'ABORTED', cause: reason });
+  });
+
   it('refuses bad names and tasks with typed errors', async () => {
     await expect(locks.runWithLease('', 'job', task)).rejects.toMatchObject({ code: 'KEY_EMPTY' });
     await expect(

@@ -7,13 +7,23 @@
  * that stops renewing — killed, paused, cut off — loses the lease at expiry and the next claimer
  * takes it with a higher token; whatever the stale holder tries to record afterwards is refused.
  *
+ * Three promises, and what keeps each (the SQL's side is in `sql/leases.ts`):
+ * - Never two holders at once. Expiry is the database clock at the moment of each write; the
+ *   holder counts its own deadline from when it *sent* its last successful claim or renewal, minus
+ *   the safety margin, so it gives up before the database lets anyone else in; a claim answered
+ *   so late that its first renewal could not come back in time is given back instead of started.
+ * - A claim never waits on another holder: it takes no row lock unless the lease is free or
+ *   expired, and skips a row someone holds a lock on.
+ * - A live holder is never starved: nothing a rival does, and none of the holder's own fenced
+ *   writes, holds up its renewals.
+ *
  * @packageDocumentation
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
-import type { LockExecutor, QueryFn } from './executor.js';
+import type { LockExecutor, QueryFn, Row } from './executor.js';
 import { LockKey } from './keys.js';
 import {
   claimStatement,
@@ -38,7 +48,13 @@ export interface LeaseOptions {
   readonly safetyMarginMs?: number;
   /** Who holds the lease, stored in the row. Default `host:pid:random`. */
   readonly owner?: string;
-  /** Aborts the task (combined into its signal); the lease is then recorded as failed. */
+  /**
+   * Cancels the run. Already aborted: the call rejects with a {@link LockkitError} code
+   * `ABORTED` before any SQL. Aborted while the task runs: the task's signal fires, and the run
+   * is recorded FAILED even if the task then returns normally (the call then rejects with code
+   * `ABORTED`) — a task stopped part-way often just returns (`if (signal.aborted) break`), and
+   * recording that as COMPLETED would hide the unfinished part from whoever retries.
+   */
   readonly signal?: AbortSignal;
   /**
    * `false` turns the heartbeat off: the lease then simply expires after `ttlMs`. For jobs known
@@ -59,9 +75,19 @@ export interface LeaseContext<Tx> {
   /** Aborted when the lease is lost (the reason is a {@link LeaseLostError}) or the caller aborts. */
   readonly signal: AbortSignal;
   /**
-   * Runs `task` in a transaction that first checks this lease still holds under this token (and
-   * keeps a new claim from committing until it ends): writes made through `tx` land only while the
-   * lease is valid. Throws {@link LeaseLostError} instead when it is not.
+   * How long this holder may still act as the holder, in ms on this process's monotonic clock:
+   * until its local deadline (when its last successful claim or renewal was sent, plus `ttlMs`,
+   * minus `safetyMarginMs`). 0 once the lease is lost — including when the deadline has passed but
+   * a blocked event loop has not yet run the timer that aborts `signal`: this reads the clock, and
+   * aborts `signal` itself then. Check it before a step that must not run without the lease.
+   */
+  remainingMs(): number;
+  /**
+   * Runs `task` in a transaction that first checks this lease still holds under this token and
+   * keeps any takeover from committing until the transaction ends: writes made through `tx` land
+   * only while this token holds the lease. Throws {@link LeaseLostError} instead when it does not.
+   * It does not hold up the heartbeat, but it does hold off a takeover even past the expiry: keep
+   * fenced transactions short.
    */
   fenced<T>(task: (tx: Tx, query: QueryFn) => Promise<T> | T): Promise<T>;
 }
@@ -69,14 +95,22 @@ export interface LeaseContext<Tx> {
 /** A lease task. */
 export type LeaseTask<Tx, T> = (lease: LeaseContext<Tx>) => Promise<T> | T;
 
-/** Who holds a lease when a claim did not get it. */
+/**
+ * Who holds a lease when a claim did not get it, as the database had it committed when the claimer
+ * looked (read without locking). `expiresAt` can be past: an expired holder whose fenced write is
+ * still open keeps takeovers off until it ends.
+ */
 export interface LeaseHolder {
   readonly owner: string | null;
   readonly token: bigint;
   readonly expiresAt: Date;
 }
 
-/** The outcome of {@link LeaseOperations.runWithLease}. */
+/**
+ * The outcome of {@link LeaseOperations.runWithLease}. `holder` is `undefined` only when no holder
+ * was committed when the claimer looked: a rival's first claim was still in flight, or the last
+ * holder had finished and a rival was just claiming.
+ */
 export type LeaseResult<T> =
   | { readonly executed: false; readonly holder: LeaseHolder | undefined }
   | { readonly executed: true; readonly result: T; readonly token: bigint };
@@ -94,11 +128,14 @@ export interface LeaseOperations<Tx> {
    * Runs `task` on exactly one of the callers racing for `(namespace, jobKey)`, holding a lease
    * instead of a transaction: safe for jobs of minutes or hours. Needs the tables (`migrate()`).
    *
-   * Exactly one caller claims; the others get `{ executed: false, holder }` at once. The winner's
-   * task runs outside any transaction with a fencing token and a signal that fires if the lease is
-   * lost. On return the run is recorded COMPLETED (or FAILED with the task's error) under the
-   * token; a holder that lost its lease gets {@link LeaseLostError} instead, its record refused.
-   * A dead holder's lease is taken over by the next claimer after it expires: no sweeper needed.
+   * Exactly one caller claims; the others get `{ executed: false, holder }` at once, without
+   * waiting on the holder or on each other. The winner's task runs outside any transaction with a
+   * fencing token and a signal that fires if the lease is lost. It never starts on a lease it
+   * cannot keep: a claim answered more than half of `ttlMs − safetyMarginMs` after it was sent (a
+   * slow link, a stalled process) is given back and the call rejects with {@link LeaseLostError}. On return the run is recorded COMPLETED (or FAILED with the task's
+   * error) under the token; a holder that lost its lease gets {@link LeaseLostError} instead, its
+   * record refused. A dead holder's lease is taken over by the next claimer after it expires: no
+   * sweeper needed. Renewals need a pooled connection of their own while the task holds one.
    *
    * @example
    * ```ts
@@ -146,6 +183,12 @@ function integerOption(value: unknown, name: string, min: number, max: number): 
 
 /** Validates lease options. @internal */
 export function leaseSettings(options: LeaseOptions): LeaseSettings {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `The lease options must be an object, got ${Array.isArray(options) ? 'an array' : String(options)}.`,
+    );
+  }
   const ttlMs = integerOption(options.ttlMs ?? 30_000, 'ttlMs', 50, 2_147_483_647);
   const safetyMarginMs = integerOption(
     options.safetyMarginMs ?? Math.min(Math.floor(ttlMs / 5), 5000),
@@ -172,18 +215,39 @@ export function leaseSettings(options: LeaseOptions): LeaseSettings {
   return { ttlMs, renewEveryMs, safetyMarginMs, owner, heartbeat: options.heartbeat ?? true };
 }
 
+/**
+ * How long a claim's statements may run on the server before Postgres cancels them. A claim never
+ * waits on a row by construction; this is the backstop should anything still make it wait (an
+ * operator's `LOCK TABLE` or `ALTER TABLE` on the leases table, a future change): the call then
+ * rejects with a `STATEMENT_TIMEOUT` error instead of hanging. Server time only, so a slow network
+ * does not trip it.
+ */
+function claimStatementTimeoutMs(s: LeaseSettings): number {
+  return Math.min(5000, Math.max(1000, s.ttlMs - s.safetyMarginMs));
+}
+
 const describeError = (error: unknown): string =>
   error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
 /**
- * Keeps one lease alive: renews it every `renewEveryMs` under its token, and declares it lost when
- * a renewal finds it gone or when the local deadline (last successful send + TTL − margin, on the
- * monotonic clock) passes without a renewal.
+ * Keeps one lease alive: sends a renewal `renewEveryMs` after the previous one was sent (or as
+ * soon as it is answered, when it took longer), and keeps the local deadline — when the last
+ * successful claim or renewal was sent, plus `ttlMs`, minus `safetyMarginMs`, on the monotonic
+ * clock. The database's expiry is at least `ttlMs` after that send, so a holder that stops at its
+ * deadline stops at least the margin before anyone else can claim. When a lost lease is noticed
+ * is the holder's business (`lose`); this only reports why.
  */
 class Heartbeat {
+  private deadline: number;
   private renewTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** The renewal in flight, if any, and when it was sent. */
+  private beating: Promise<void> | undefined;
+  private inFlightSince: number | undefined;
+  /** When the next renewal was due, and the most any of this lease's timers ran late. */
+  private dueAt = 0;
+  private lateMs = 0;
 
   constructor(
     private readonly renew: () => Promise<boolean>,
@@ -191,44 +255,93 @@ class Heartbeat {
     private readonly lose: (reason: string) => void,
     claimSentAt: number,
   ) {
-    this.armDeadline(claimSentAt);
-    if (s.heartbeat) this.schedule();
+    this.deadline = claimSentAt + s.ttlMs - s.safetyMarginMs;
+    this.armDeadline();
+    if (s.heartbeat) this.schedule(claimSentAt + s.renewEveryMs);
   }
 
-  private armDeadline(sentAt: number): void {
+  /** Milliseconds to the local deadline (≤ 0 once it has passed). */
+  remaining(): number {
+    return this.deadline - performance.now();
+  }
+
+  /** Why the deadline passed, for the {@link LeaseLostError}: a slow database or a blocked process. */
+  deadlineReason(): string {
+    const now = performance.now();
+    const late = Math.max(this.lateMs, now - this.deadline);
+    const window = this.s.ttlMs - this.s.safetyMarginMs;
+    let why: string;
+    if (!this.s.heartbeat) why = 'the heartbeat is off';
+    else if (this.inFlightSince !== undefined && now - this.inFlightSince < window)
+      why = `a renewal sent ${Math.round(now - this.inFlightSince)} ms earlier was still unanswered (the database or the network is slow)`;
+    else why = 'no renewal was answered';
+    const blocked =
+      late >= 20
+        ? `; this process's event loop was blocked: a timer ran ${Math.round(late)} ms late`
+        : '';
+    return `no renewal succeeded within ttlMs − safetyMarginMs (${window} ms) of the last one sent: ${why}${blocked}`;
+  }
+
+  private armDeadline(): void {
     clearTimeout(this.deadlineTimer);
-    const deadline = sentAt + this.s.ttlMs - this.s.safetyMarginMs;
+    const due = this.deadline;
     this.deadlineTimer = setTimeout(
-      () => this.lose('no renewal succeeded before the local deadline'),
-      Math.max(0, deadline - performance.now()),
+      () => {
+        this.lateMs = Math.max(this.lateMs, performance.now() - due);
+        this.lose(this.deadlineReason());
+      },
+      Math.max(0, due - performance.now()),
     );
     this.deadlineTimer.unref();
   }
 
-  private schedule(): void {
-    this.renewTimer = setTimeout(() => void this.beat(), this.s.renewEveryMs);
+  private schedule(at: number): void {
+    // Never due in the past (a claim answered late makes the first renewal due at once): lateness
+    // is measured from here, and must mean the event loop, not a slow claim.
+    this.dueAt = Math.max(at, performance.now());
+    this.renewTimer = setTimeout(
+      () => {
+        this.beating = this.beat();
+      },
+      Math.max(0, at - performance.now()),
+    );
     this.renewTimer.unref();
   }
 
   private async beat(): Promise<void> {
     if (this.stopped) return;
     const sentAt = performance.now();
+    this.lateMs = Math.max(this.lateMs, sentAt - this.dueAt);
+    this.inFlightSince = sentAt;
+    let renewed: boolean | undefined;
     try {
-      if (!(await this.renew())) {
-        this.lose('a renewal found the lease held under another token or expired');
-        return;
-      }
-      if (!this.stopped) this.armDeadline(sentAt);
+      renewed = await this.renew();
     } catch {
       // A failed renewal is retried on the next beat; the deadline decides when it is too late.
     }
-    if (!this.stopped) this.schedule();
+    this.inFlightSince = undefined;
+    if (this.stopped) return;
+    if (renewed === false) {
+      this.lose('a renewal found the lease expired or held under another token');
+      return;
+    }
+    if (renewed === true) {
+      // Counted from the send: the database's new expiry is at least ttlMs after it. A renewal
+      // answered after the deadline passed (unnoticed, in a busy loop) still counts: it found
+      // this token holding the lease, so nobody else held it meanwhile.
+      this.deadline = Math.max(this.deadline, sentAt + this.s.ttlMs - this.s.safetyMarginMs);
+      this.lateMs = 0;
+      this.armDeadline();
+    }
+    this.schedule(Math.max(performance.now(), sentAt + this.s.renewEveryMs));
   }
 
-  stop(): void {
+  /** Stops renewing; resolves once a renewal in flight has been answered. */
+  stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.renewTimer);
     clearTimeout(this.deadlineTimer);
+    return this.beating ?? Promise.resolve();
   }
 }
 
@@ -239,9 +352,19 @@ export interface ClaimedLease extends LeaseRef {
   readonly claimSentAt: number;
 }
 
+/** The holder described by a lease row, when the row has one (an IN_PROGRESS lease). */
+function holderOf(row: Row | undefined): LeaseHolder | undefined {
+  if (row?.status !== 'IN_PROGRESS') return undefined;
+  return {
+    owner: (row.owner as string | null) ?? null,
+    token: BigInt(row.token as string),
+    expiresAt: new Date(row.expires_at as string),
+  };
+}
+
 /**
  * Claims the lease row inside a transaction that holds the job's advisory lock: the claimed
- * lease, or who holds it. @internal
+ * lease, or who holds it. One statement; it never waits on a row. @internal
  */
 export async function claimLease(
   query: QueryFn,
@@ -253,7 +376,7 @@ export async function claimLease(
   const claimSentAt = performance.now();
   const claim = claimStatement(schema, namespace, jobKey, s.owner, s.ttlMs);
   const [row] = await query(claim.text, claim.params);
-  if (row) {
+  if (row?.claimed === true) {
     return {
       namespace,
       jobKey,
@@ -262,23 +385,45 @@ export async function claimLease(
       claimSentAt,
     };
   }
-  const read = readLeaseStatement(schema, namespace, jobKey);
-  const [holder] = await query(read.text, read.params);
-  return {
-    holder: holder
-      ? {
-          owner: (holder.owner as string | null) ?? null,
-          token: BigInt(holder.token as string),
-          expiresAt: new Date(holder.expires_at as string),
-        }
-      : undefined,
-  };
+  return { holder: holderOf(row) };
 }
+
+/**
+ * Runs a fenced write: `task` in a transaction that first checks `lease.token` still holds a valid
+ * lease, and throws {@link LeaseLostError} instead when it does not. While the transaction is open
+ * no claim can take the lease over, yet the holder's renewals go on (see `fenceStatement`). The
+ * reference is trusted: entry points validate it first. @internal
+ */
+export async function fencedWrite<Tx, T>(
+  executor: LockExecutor<Tx, unknown>,
+  schema: string,
+  lease: LeaseRef,
+  task: (tx: Tx, query: QueryFn) => Promise<T> | T,
+): Promise<T> {
+  const fence = fenceStatement(schema, lease.namespace, lease.jobKey, lease.token);
+  return executor.transaction(async ({ query, tx }) => {
+    if ((await query(fence.text, fence.params)).length === 0) {
+      throw new LeaseLostError(
+        `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
+        lease.token,
+      );
+    }
+    return task(tx, query);
+  });
+}
+
+/** How a run's task ended. */
+type Outcome<T> =
+  | { readonly kind: 'returned'; readonly result: T }
+  | { readonly kind: 'threw'; readonly error: unknown }
+  | { readonly kind: 'aborted'; readonly reason: unknown };
 
 /**
  * Runs `task` holding a claimed lease: heartbeat, signal on loss, then records the end under the
  * token, together with `alsoRecord`'s statements in the same transaction. Resolves with the
- * task's result; rejects with the task's error (recorded FAILED) or {@link LeaseLostError}. @internal
+ * task's result; rejects with the task's error (recorded FAILED), {@link LeaseLostError}, or —
+ * with `abortIsFailure` — a `LockkitError` code `ABORTED` for a run whose `signal` aborted before
+ * its task settled (recorded FAILED, even if the task returned). @internal
  */
 export async function holdLease<Tx, T>(
   executor: LockExecutor<Tx, unknown>,
@@ -294,6 +439,8 @@ export async function holdLease<Tx, T>(
     ) => Statement[];
     readonly onLost?: (error: LeaseLostError) => void;
     readonly emit?: (event: LockkitEvent) => void;
+    /** Record a run aborted through `signal` as FAILED and reject with `ABORTED` (runWithLease). */
+    readonly abortIsFailure?: boolean;
   },
 ): Promise<T> {
   const { namespace, jobKey, token } = lease;
@@ -301,19 +448,20 @@ export async function holdLease<Tx, T>(
   const heldSince = performance.now();
   emit?.({ type: 'lease-claimed', namespace, jobKey, token, tookOver: lease.tookOver });
   const lost = new AbortController();
+  // Called only from timers, answers and later checks: never before `beats` exists.
   const lose = (reason: string) => {
-    if (!lost.signal.aborted) {
-      emit?.({ type: 'lease-lost', namespace, jobKey, token, reason });
-      const error = new LeaseLostError(
-        `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
-        token,
-      );
-      lost.abort(error);
-      options.onLost?.(error);
-    }
+    if (lost.signal.aborted) return;
+    void beats.stop();
+    emit?.({ type: 'lease-lost', namespace, jobKey, token, reason });
+    const error = new LeaseLostError(
+      `lease ${namespace}/${jobKey} (token ${token}) lost: ${reason}.`,
+      token,
+    );
+    lost.abort(error);
+    options.onLost?.(error);
   };
   const renew = renewStatement(schema, namespace, jobKey, token, s.ttlMs);
-  const heartbeat = new Heartbeat(
+  const beats = new Heartbeat(
     async () => {
       const renewed =
         (await executor.transaction(({ query }) => query(renew.text, renew.params))).length > 0;
@@ -324,6 +472,48 @@ export async function holdLease<Tx, T>(
     lose,
     lease.claimSentAt,
   );
+  const remainingMs = (): number => {
+    if (lost.signal.aborted) return 0;
+    const left = beats.remaining();
+    if (left > 0) return left;
+    lose(beats.deadlineReason());
+    return 0;
+  };
+  const record = async (outcome: { failed: false } | { failed: true; error: string }) => {
+    const finish = finishStatement(schema, namespace, jobKey, token, outcome);
+    return executor.transaction(async ({ query }) => {
+      // The lease's own record first: when it is refused, nothing else is written either.
+      if ((await query(finish.text, finish.params)).length === 0) return false;
+      for (const statement of options.alsoRecord?.(outcome) ?? []) {
+        await query(statement.text, statement.params);
+      }
+      return true;
+    });
+  };
+
+  // A claim answered late — a slow link, a stalled process — is given back rather than started
+  // when less time is left before the local deadline than the claim itself took: the first
+  // renewal, as slow a round trip, could not come back in time, and the task would start on a
+  // lease it cannot keep. That is, answered more than half of ttlMs − safetyMarginMs after it was
+  // sent (so always with more than the margin left in the database). Given back, the next claimer
+  // need not wait for it to expire.
+  const claimTookMs = performance.now() - lease.claimSentAt;
+  if (claimTookMs > (s.ttlMs - s.safetyMarginMs) / 2) {
+    lose(
+      `the claim was answered ${Math.round(claimTookMs)} ms after it was sent, more than half of ttlMs − safetyMarginMs (${s.ttlMs - s.safetyMarginMs} ms): too little was left to renew in time, so it was given back without starting the task`,
+    );
+    await beats.stop();
+    // Only the lease row: the caller's own records (alsoRecord) stay as for any lost lease.
+    const giveBack = finishStatement(schema, namespace, jobKey, token, {
+      failed: true,
+      error: 'LeaseLostError: claimed too late: given back without starting the task',
+    });
+    await executor
+      .transaction(({ query }) => query(giveBack.text, giveBack.params))
+      .catch(() => undefined);
+    throw lost.signal.reason as LeaseLostError;
+  }
+
   const signal = options.signal ? AbortSignal.any([lost.signal, options.signal]) : lost.signal;
   const context: LeaseContext<Tx> = {
     namespace,
@@ -332,36 +522,50 @@ export async function holdLease<Tx, T>(
     owner: s.owner,
     tookOver: lease.tookOver,
     signal,
+    remainingMs,
     fenced: options.fenced,
   };
-  let outcome: { ok: true; result: T } | { ok: false; error: unknown };
+  const aborted = () => options.abortIsFailure === true && options.signal?.aborted === true;
+  let outcome: Outcome<T>;
   try {
-    outcome = { ok: true, result: await task(context) };
+    if (aborted()) {
+      outcome = { kind: 'aborted', reason: options.signal?.reason };
+    } else {
+      const result = await task(context);
+      outcome = aborted()
+        ? { kind: 'aborted', reason: options.signal?.reason }
+        : { kind: 'returned', result };
+    }
   } catch (error) {
-    outcome = { ok: false, error };
-  } finally {
-    heartbeat.stop();
+    outcome = { kind: 'threw', error };
   }
-  const record = outcome.ok
-    ? { failed: false as const }
-    : { failed: true as const, error: describeError(outcome.error) };
-  const finish = finishStatement(schema, namespace, jobKey, token, record);
-  const recorded =
-    !lost.signal.aborted &&
-    (await executor.transaction(async ({ query }) => {
-      // The lease's own record first: when it is refused, nothing else is written either.
-      if ((await query(finish.text, finish.params)).length === 0) return false;
-      for (const statement of options.alsoRecord?.(record) ?? []) {
-        await query(statement.text, statement.params);
-      }
-      return true;
-    }));
+  // The finish must not race this lease's own renewal in flight (it would queue behind its lock).
+  await beats.stop();
+  const outcomeRecord =
+    outcome.kind === 'returned'
+      ? { failed: false as const }
+      : {
+          failed: true as const,
+          error:
+            outcome.kind === 'threw'
+              ? describeError(outcome.error)
+              : `aborted by its signal before the task settled: ${describeError(outcome.reason)}`,
+        };
+  // The local deadline is part of the verdict: a lease this holder had to consider lost is not
+  // recorded, even if the database would still take the record.
+  const recorded = remainingMs() > 0 && (await record(outcomeRecord));
   if (!recorded) {
     const reason = lost.signal.reason instanceof LeaseLostError ? lost.signal.reason.message : '';
+    const cause =
+      outcome.kind === 'threw'
+        ? { cause: outcome.error }
+        : outcome.kind === 'aborted'
+          ? { cause: outcome.reason }
+          : {};
     const error = new LeaseLostError(
-      `lease ${namespace}/${jobKey} (token ${token}) was lost before the run ended; its ${outcome.ok ? 'completion' : 'failure'} was not recorded. ${reason}`.trim(),
+      `lease ${namespace}/${jobKey} (token ${token}) was lost before the run ended; its ${outcome.kind === 'returned' ? 'completion' : 'failure'} was not recorded. ${reason}`.trim(),
       token,
-      outcome.ok ? {} : { cause: outcome.error },
+      cause,
     );
     if (!lost.signal.aborted) options.onLost?.(error);
     throw error;
@@ -371,22 +575,31 @@ export async function holdLease<Tx, T>(
     namespace,
     jobKey,
     token,
-    failed: !outcome.ok,
+    failed: outcome.kind !== 'returned',
     heldMs: performance.now() - heldSince,
   });
-  if (!outcome.ok) throw outcome.error;
+  if (outcome.kind === 'threw') throw outcome.error;
+  if (outcome.kind === 'aborted') {
+    throw new LockkitError(
+      'ABORTED',
+      `The lease run ${namespace}/${jobKey} (token ${token}) was aborted by its signal before its task settled; it was recorded FAILED.`,
+      { cause: outcome.reason },
+    );
+  }
   return outcome.result;
 }
 
 /**
  * The lease operations over an executor. `withTryLock` is the lock client's transaction-scoped
- * try-lock, which the claim runs under; `schema` is the quoted schema name.
+ * try-lock, which the claim runs under (with `statementTimeoutMs` set in that transaction);
+ * `schema` is the quoted schema name.
  */
 export function leaseOperations<Tx>(
   executor: LockExecutor<Tx, unknown>,
   withTryLock: <T>(
     key: LockKey,
     task: (query: QueryFn) => Promise<T>,
+    options: { readonly statementTimeoutMs: number },
   ) => Promise<{ executed: false } | { executed: true; result: T }>,
   schema: string,
   emit?: (event: LockkitEvent) => void,
@@ -403,17 +616,14 @@ export function leaseOperations<Tx>(
       throw new LockkitError('OPTION_INVALID', 'The lease token must be a positive int8 bigint.');
     if (typeof task !== 'function')
       throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
-    const fence = fenceStatement(schema, lease.namespace, lease.jobKey, lease.token);
-    return executor.transaction(async ({ query, tx }) => {
-      const rows = await query(fence.text, fence.params);
-      if (rows.length === 0) {
-        throw new LeaseLostError(
-          `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
-          lease.token,
-        );
-      }
-      return task(tx, query);
-    });
+    return fencedWrite(executor, schema, lease, task);
+  }
+
+  /** Who holds the lease now, read without locking: for a claimer that lost the claim race. */
+  async function readHolder(namespace: string, jobKey: string): Promise<LeaseHolder | undefined> {
+    const read = readLeaseStatement(schema, namespace, jobKey);
+    const [row] = await executor.transaction(({ query }) => query(read.text, read.params));
+    return holderOf(row);
   }
 
   async function runWithLease<T>(
@@ -426,17 +636,27 @@ export function leaseOperations<Tx>(
     if (typeof task !== 'function')
       throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
     const s = leaseSettings(options);
-    options.signal?.throwIfAborted();
-    const claimed = await withTryLock(key, (query) =>
-      claimLease(query, schema, namespace, jobKey, s),
+    if (options.signal?.aborted) {
+      throw new LockkitError(
+        'ABORTED',
+        `runWithLease ${namespace}/${jobKey}: the signal was aborted before the claim.`,
+        { cause: options.signal.reason },
+      );
+    }
+    const claimed = await withTryLock(
+      key,
+      (query) => claimLease(query, schema, namespace, jobKey, s),
+      { statementTimeoutMs: claimStatementTimeoutMs(s) },
     );
-    if (!claimed.executed) return { executed: false, holder: undefined };
+    // Another claimer held the job's lock for its own claim: tell who holds the lease now.
+    if (!claimed.executed) return { executed: false, holder: await readHolder(namespace, jobKey) };
     if ('holder' in claimed.result) return { executed: false, holder: claimed.result.holder };
     const lease = claimed.result;
     const result = await holdLease(executor, schema, lease, s, task, {
       ...(options.signal !== undefined && { signal: options.signal }),
       ...(emit !== undefined && { emit }),
       fenced: (fencedTask) => withFencedWrite(lease, fencedTask),
+      abortIsFailure: true,
     });
     return { executed: true, result, token: lease.token };
   }

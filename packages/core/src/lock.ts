@@ -699,7 +699,7 @@ export function createLockClient<Tx, Session>(
   const schemaName = options.schema ?? DEFAULT_SCHEMA;
   const leases = leaseOperations(
     executor,
-    (key, task) => withLock(key, (_tx, ctx) => task(ctx.query)),
+    (key, task, claimOptions) => withLock(key, (_tx, ctx) => task(ctx.query), claimOptions),
     quoteIdentifier(schemaName),
     emit,
   );

@@ -1,18 +1,44 @@
 /**
  * The statements of leases. Every statement names the lease by (namespace, job key) and every
  * write after the claim is conditioned on the holder's fencing token, so a stale holder can never
- * overwrite a newer holder's row. Times always come from the database clock (`now()`).
+ * overwrite a newer holder's row.
+ *
+ * Time is the database's `clock_timestamp()` at the moment of each check and write — never
+ * `now()`, which is the transaction's start and can lie far behind a statement that ran late.
+ *
+ * Who waits for whom. The row-lock modes are chosen so that nothing a holder does queues behind a
+ * rival, and no claim ever queues behind anyone:
+ * - A claim (under the job's exclusive advisory try-lock, which serialises claimers) locks the row
+ *   `FOR UPDATE SKIP LOCKED`, and only when the row is free or expired. A claim that finds the
+ *   lease valid takes no row lock at all; one that finds the row locked skips it and reports the
+ *   holder. A brand-new row is inserted `ON CONFLICT DO NOTHING`.
+ * - A renewal and the finish are plain UPDATEs of non-key columns: `FOR NO KEY UPDATE`, which
+ *   conflicts with a claim's `FOR UPDATE` (only ever taken on an expired lease) but not with a
+ *   fence's `FOR KEY SHARE`.
+ * - A fence (a fenced write's check) locks the row `FOR KEY SHARE SKIP LOCKED`: while it is held,
+ *   claims skip the row, so no takeover can commit under an open fenced write, while the holder's
+ *   renewals go on. It never waits: a row locked by a claim means a takeover of an expired lease,
+ *   and the fence is refused.
+ * This holds only while no statement here changes a key column (namespace, job_key) and no unique
+ * index covers a column a renewal or finish writes: either would turn those UPDATEs into
+ * `FOR UPDATE`, which conflicts with a fence.
  */
 import type { Statement } from './locks.js';
 
 /** Longest error message stored in `last_error`. */
 export const MAX_ERROR_LENGTH = 2000;
 
+/** `clock_timestamp()` plus `$4` milliseconds. */
+const EXPIRY = `clock_timestamp() + $4::float8 * interval '1 millisecond'`;
+
 /**
  * Claims the lease when it is free (no row, finished) or expired, bumping the fencing token, in
- * the transaction that holds the job's advisory lock. One row when claimed: `token` (text, an
- * int8), `expires_at`, `db_now`, `took_over` (the previous holder had expired while in progress).
- * No row when another holder's lease is still valid.
+ * one statement run in the transaction that holds the job's advisory lock. It never waits on a
+ * row (see the module comment). Always one row:
+ * - claimed: `claimed` true, `token` (text, an int8), `expires_at`, `took_over` (the previous
+ *   holder had expired while in progress);
+ * - not claimed: `claimed` false and the row as it stood (`token`, `status`, `owner`,
+ *   `expires_at`; all null when there is no row), read without locking.
  * Params: $1 namespace, $2 job key, $3 owner, $4 ttl in ms.
  */
 export function claimStatement(
@@ -23,37 +49,65 @@ export function claimStatement(
   ttlMs: number,
 ): Statement {
   return {
-    // The CTE reads the row as it was before this statement (same snapshot), which RETURNING
-    // cannot see; the job's advisory lock already serialises claims.
-    text: `WITH previous AS MATERIALIZED (
-             SELECT status FROM ${schema}.leases WHERE namespace = $1 AND job_key = $2
+    // `current` is the row as this statement's snapshot sees it, unlocked. `target` is the same
+    // row only if it is claimable *and* nobody holds a lock on it: a renewal or finish in flight
+    // (the holder is alive) or a fence (a fenced write is open) makes the claim skip it. Under
+    // READ COMMITTED, FOR UPDATE re-checks the newest committed version, so a renewal that
+    // committed after the snapshot is seen. Exactly one of `taken`, `created` or the fallback row
+    // comes back.
+    text: `WITH current AS MATERIALIZED (
+             SELECT token, status, owner, expires_at FROM ${schema}.leases
+              WHERE namespace = $1 AND job_key = $2
+           ),
+           target AS MATERIALIZED (
+             SELECT status FROM ${schema}.leases
+              WHERE namespace = $1 AND job_key = $2
+                AND (status <> 'IN_PROGRESS' OR expires_at <= clock_timestamp())
+              FOR UPDATE SKIP LOCKED
+           ),
+           taken AS (
+             UPDATE ${schema}.leases AS l
+                SET token = l.token + 1, status = 'IN_PROGRESS', owner = $3,
+                    claimed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+                    expires_at = ${EXPIRY}, finished_at = NULL, attempts = l.attempts + 1
+              WHERE l.namespace = $1 AND l.job_key = $2 AND EXISTS (SELECT 1 FROM target)
+             RETURNING l.token, l.expires_at,
+                       (SELECT t.status = 'IN_PROGRESS' FROM target t) AS took_over
+           ),
+           created AS (
+             INSERT INTO ${schema}.leases AS l
+                    (namespace, job_key, token, status, owner, claimed_at, heartbeat_at, expires_at, attempts)
+             SELECT $1, $2, 1, 'IN_PROGRESS', $3, clock_timestamp(), clock_timestamp(), ${EXPIRY}, 1
+              WHERE NOT EXISTS (SELECT 1 FROM current)
+             ON CONFLICT (namespace, job_key) DO NOTHING
+             RETURNING l.token, l.expires_at, false AS took_over
            )
-           INSERT INTO ${schema}.leases AS l
-                  (namespace, job_key, token, status, owner, claimed_at, heartbeat_at, expires_at, attempts)
-           VALUES ($1, $2, 1, 'IN_PROGRESS', $3, now(), now(), now() + $4::float8 * interval '1 millisecond', 1)
-           ON CONFLICT (namespace, job_key) DO UPDATE
-              SET token = l.token + 1, status = 'IN_PROGRESS', owner = excluded.owner,
-                  claimed_at = now(), heartbeat_at = now(), expires_at = excluded.expires_at,
-                  finished_at = NULL, attempts = l.attempts + 1
-            WHERE l.status <> 'IN_PROGRESS' OR l.expires_at <= now()
-           RETURNING l.token::text AS token, l.expires_at, now() AS db_now,
-                     coalesce((SELECT status = 'IN_PROGRESS' FROM previous), false) AS took_over`,
+           SELECT true AS claimed, token::text AS token, expires_at, took_over,
+                  NULL::text AS status, NULL::text AS owner FROM taken
+           UNION ALL
+           SELECT true, token::text, expires_at, took_over, NULL, NULL FROM created
+           UNION ALL
+           SELECT false, c.token::text, c.expires_at, false, c.status, c.owner
+             FROM (SELECT 1) AS one LEFT JOIN current c ON true
+            WHERE NOT EXISTS (SELECT 1 FROM taken) AND NOT EXISTS (SELECT 1 FROM created)`,
     params: [namespace, jobKey, owner, ttlMs],
   };
 }
 
-/** The current row of a lease, for telling a skipped claimer who holds it. */
+/** The current row of a lease, read without locking, for telling a skipped claimer who holds it. */
 export function readLeaseStatement(schema: string, namespace: string, jobKey: string): Statement {
   return {
-    text: `SELECT token::text AS token, status, owner, expires_at, expires_at > now() AS valid
+    text: `SELECT token::text AS token, status, owner, expires_at
              FROM ${schema}.leases WHERE namespace = $1 AND job_key = $2`,
     params: [namespace, jobKey],
   };
 }
 
 /**
- * Extends the lease by `ttlMs` from the database's now, only for the holder of `token`: one row
- * (`expires_at`) when renewed, none when the lease was lost.
+ * Extends the lease to `ttlMs` from the moment of the write, only for the holder of `token` and
+ * only while the lease is still valid: one row (`expires_at`) when renewed, none when the lease was
+ * lost. A plain UPDATE of non-key columns: it does not wait on fences, and a claim never holds a
+ * lock on a valid lease, so contenders cannot hold it up.
  */
 export function renewStatement(
   schema: string,
@@ -64,9 +118,9 @@ export function renewStatement(
 ): Statement {
   return {
     text: `UPDATE ${schema}.leases
-              SET expires_at = now() + $4::float8 * interval '1 millisecond', heartbeat_at = now()
+              SET expires_at = ${EXPIRY}, heartbeat_at = clock_timestamp()
             WHERE namespace = $1 AND job_key = $2 AND token = $3::int8
-              AND status = 'IN_PROGRESS' AND expires_at > now()
+              AND status = 'IN_PROGRESS' AND expires_at > clock_timestamp()
            RETURNING expires_at`,
     params: [namespace, jobKey, String(token), ttlMs],
   };
@@ -85,9 +139,10 @@ export function finishStatement(
 ): Statement {
   return {
     text: `UPDATE ${schema}.leases
-              SET status = $4, finished_at = now(), expires_at = now(), last_error = $5
+              SET status = $4, finished_at = clock_timestamp(), expires_at = clock_timestamp(),
+                  last_error = $5
             WHERE namespace = $1 AND job_key = $2 AND token = $3::int8
-              AND status = 'IN_PROGRESS' AND expires_at > now()
+              AND status = 'IN_PROGRESS' AND expires_at > clock_timestamp()
            RETURNING finished_at`,
     params: [
       namespace,
@@ -100,10 +155,11 @@ export function finishStatement(
 }
 
 /**
- * The fencing check for a downstream write, run inside the writer's transaction: one row when
- * `token` still holds a valid lease. `FOR SHARE` keeps a new claim (an UPDATE of this row) from
- * committing until the writer's transaction ends, so the write either lands under a valid lease
- * or is refused.
+ * The fencing check for a downstream write, run first inside the writer's transaction: one row
+ * when `token` still holds a valid lease, none otherwise. `FOR KEY SHARE` keeps any claim from
+ * taking the row over until the writer's transaction ends — so a write either lands while its
+ * token holds the lease or is refused — without blocking the holder's renewals. `SKIP LOCKED`:
+ * the only lock it can meet is a claim's, on an expired lease, and then the answer is no.
  */
 export function fenceStatement(
   schema: string,
@@ -114,8 +170,8 @@ export function fenceStatement(
   return {
     text: `SELECT 1 AS valid FROM ${schema}.leases
             WHERE namespace = $1 AND job_key = $2 AND token = $3::int8
-              AND status = 'IN_PROGRESS' AND expires_at > now()
-            FOR SHARE`,
+              AND status = 'IN_PROGRESS' AND expires_at > clock_timestamp()
+            FOR KEY SHARE SKIP LOCKED`,
     params: [namespace, jobKey, String(token)],
   };
 }
