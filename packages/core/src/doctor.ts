@@ -48,6 +48,33 @@ const ms = (setting: unknown): number => {
   );
 };
 
+/** Above this idle time (seconds) a dead client's locks are kept too long to call it fine. */
+const KEEPALIVE_WARN_ABOVE_S = 600;
+
+/**
+ * `tcp_keepalives_idle`: 0 (Postgres's default) means the OS default, 7200 s on Linux, and on a
+ * TCP connection the setting reads as that real value, not 0 — so both are looked at.
+ */
+function keepaliveCheck(effective: unknown, configured: unknown): DoctorCheck {
+  const id = 'tcp-keepalive';
+  const effectiveS = Number(effective ?? 0) || 0;
+  const configuredS = Number(configured ?? 0) || 0;
+  const advice =
+    'a client that dies without closing its connection (host crash, network cut) keeps its advisory locks until the server notices. Set tcp_keepalives_idle (e.g. 60, with tcp_keepalives_interval 10 and tcp_keepalives_count 6) so the server drops dead connections within minutes.';
+  if (configuredS === 0) {
+    const seen = effectiveS > 0 ? `: ${effectiveS} s on this connection` : ' (often 7200 s)';
+    return {
+      id,
+      level: 'warn',
+      message: `tcp_keepalives_idle is 0, so the OS default applies${seen}: ${advice}`,
+    };
+  }
+  const seconds = effectiveS > 0 ? effectiveS : configuredS;
+  return seconds > KEEPALIVE_WARN_ABOVE_S
+    ? { id, level: 'warn', message: `tcp_keepalives_idle is ${seconds} s: ${advice}` }
+    : { id, level: 'ok', message: `tcp_keepalives_idle is ${seconds} s.` };
+}
+
 /**
  * Runs every check against the server behind `executor`. Never throws for a failed check; each
  * outcome says what it found and what to do.
@@ -116,20 +143,7 @@ export async function doctor(
         }
       : { id: 'statement-timeout', level: 'ok', message: 'statement_timeout is off.' },
   );
-  checks.push(
-    ms(facts.tcp_keepalives_idle) === 0
-      ? {
-          id: 'tcp-keepalive',
-          level: 'warn',
-          message:
-            'tcp_keepalives_idle uses the OS default (often 2 hours): a dead client can keep its advisory locks that long. Set it (e.g. 60) so the server drops dead connections and frees their locks.',
-        }
-      : {
-          id: 'tcp-keepalive',
-          level: 'ok',
-          message: `tcp_keepalives_idle is ${facts.tcp_keepalives_idle}.`,
-        },
-  );
+  checks.push(keepaliveCheck(facts.tcp_keepalives_idle, facts.tcp_keepalives_idle_configured));
   if (facts.default_transaction_read_only === 'on') {
     checks.push({
       id: 'read-only',

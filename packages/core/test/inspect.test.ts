@@ -6,33 +6,10 @@ import { randomBytes } from 'node:crypto';
 import { testDatabaseBaseUrl, testDatabaseUrl } from '@lockkit/test-db';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LockExecutor } from '../src/executor.js';
 import { inspect, KeyNames } from '../src/inspect.js';
 import { LockKey } from '../src/keys.js';
 import { createLockClient } from '../src/lock.js';
-
-// A minimal executor over one pg client, enough for inspect() and the lease calls.
-function clientExecutor(client: pg.Client): LockExecutor<pg.Client> {
-  return {
-    name: 'test',
-    async transaction(fn) {
-      await client.query('BEGIN');
-      try {
-        const result = await fn({
-          query: async (text, params) =>
-            (await client.query(text, params ? [...params] : undefined)).rows,
-          tx: client,
-          signal: new AbortController().signal,
-        });
-        await client.query('COMMIT');
-        return result;
-      } catch (error) {
-        await client.query('ROLLBACK');
-        throw error;
-      }
-    },
-  };
-}
+import { clientExecutor } from './client-executor.js';
 
 let holder: pg.Client;
 let waiter: pg.Client;

@@ -67,7 +67,11 @@ export function recentRunsStatement(schema: string, limit: number): Statement {
   };
 }
 
-/** What `doctor` reads about the server in one round trip. */
+/**
+ * What `doctor` reads about the server in one round trip. `tcp_keepalives_idle` reads, on a TCP
+ * connection, as the socket's real value (the OS default when the setting is 0), in seconds; its
+ * `reset_val` says whether it was set at all.
+ */
 export const SERVER_FACTS = `
   SELECT pg_is_in_recovery() AS standby, pg_backend_pid() AS pid,
          (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
@@ -76,4 +80,5 @@ export const SERVER_FACTS = `
          current_setting('statement_timeout') AS statement_timeout,
          current_setting('lock_timeout') AS lock_timeout,
          current_setting('tcp_keepalives_idle') AS tcp_keepalives_idle,
+         (SELECT reset_val FROM pg_settings WHERE name = 'tcp_keepalives_idle') AS tcp_keepalives_idle_configured,
          current_setting('default_transaction_read_only') AS default_transaction_read_only`;
