@@ -14,6 +14,7 @@ import {
   inSchema,
   LATEST_VERSION,
   MIGRATIONS,
+  MIGRATIONS_TABLE_PRESENT,
   RECORD_MIGRATION,
 } from './sql/migrations.js';
 
@@ -37,6 +38,12 @@ export interface MigrationResult {
  * every instance at start-up; exactly one applies each migration, the others wait and find it
  * done. The schema name is validated and quoted.
  *
+ * When the schema is already current it reads the version and returns: no lock, no DDL. So the
+ * application may run as a role with only `USAGE` on the schema and `SELECT, INSERT, UPDATE,
+ * DELETE` on its tables, while a migrator role (owner of the schema) applies upgrades at deploy
+ * time. A role without `CREATE` rights that finds the schema behind fails with Postgres's
+ * `42501` (permission denied).
+ *
  * @example
  * ```ts
  * await migrate(pgExecutor(pool));                     // schema "lockkit"
@@ -57,10 +64,22 @@ export async function migrate(
     true,
   );
   return executor.transaction(async ({ query }) => {
+    const appliedVersion = async (): Promise<number> => {
+      const [table] = await query(MIGRATIONS_TABLE_PRESENT, [schemaName]);
+      if (table?.present !== true) return 0;
+      const [row] = await query(inSchema(APPLIED_VERSION, schema));
+      return Number(row?.version ?? 0);
+    };
+    // Read-only first: a current schema needs no lock and no DDL, so an application role with
+    // only SELECT/INSERT/UPDATE/DELETE on lockkit's tables starts up fine.
+    const current = await appliedVersion();
+    if (current >= LATEST_VERSION) {
+      return { schema: schemaName, from: current, to: current, applied: [] };
+    }
     await query(guard.text, guard.params);
     for (const statement of BOOTSTRAP) await query(inSchema(statement, schema));
-    const [row] = await query(inSchema(APPLIED_VERSION, schema));
-    const from = Number(row?.version ?? 0);
+    // Another instance may have migrated while this one waited for the lock.
+    const from = await appliedVersion();
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (migration.version <= from) continue;

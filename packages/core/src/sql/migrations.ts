@@ -71,6 +71,14 @@ export const BOOTSTRAP = [
    )`,
 ] as const;
 
+/**
+ * Whether the migrations table exists, without any DDL: one row, `present`. $1 is the schema's
+ * unquoted name. Read first, so that an application role without CREATE rights finds a current
+ * schema without touching it.
+ */
+export const MIGRATIONS_TABLE_PRESENT =
+  "SELECT to_regclass(format('%I.migrations', $1::text)) IS NOT NULL AS present";
+
 /** The highest applied version: one row, `version`. */
 export const APPLIED_VERSION =
   'SELECT coalesce(max(version), 0)::int AS version FROM $schema.migrations';
