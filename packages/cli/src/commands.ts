@@ -132,6 +132,7 @@ export async function runs(ctx: CommandContext): Promise<number> {
     );
     return 0;
   }
+  const window = i.jobs[0]?.window ?? 0;
   ctx.out(
     [
       table(
@@ -150,7 +151,7 @@ export async function runs(ctx: CommandContext): Promise<number> {
           j.job,
           when(j.lastTick),
           when(j.lastSuccess),
-          j.total,
+          j.ran,
           j.failed,
           j.missed,
           j.skippedOverlap,
@@ -158,9 +159,10 @@ export async function runs(ctx: CommandContext): Promise<number> {
           j.running,
         ]),
       ),
+      `(over each job's latest ${window} ledger rows; runs = ticks that ran: succeeded, failed, abandoned or running — missed and overlapping ticks are not runs)`,
       '',
       table(
-        ['job', 'tick', 'status', 'attempt', 'owner', 'error'],
+        ['job', 'tick', 'status', 'attempt', 'ran by', 'error'],
         i.recentRuns
           .slice(0, 20)
           .map((r) => [r.job, when(r.tick), r.status, r.attempt, r.owner, r.error]),

@@ -45,25 +45,73 @@ export function leasesStatement(schema: string): string {
             FROM ${schema}.leases ORDER BY namespace, job_key`;
 }
 
-/** Per scheduled job: its last run, last success, and counts of failures and missed ticks. */
-export function jobsStatement(schema: string): string {
-  return `SELECT job, max(tick) AS last_tick,
-                 max(tick) FILTER (WHERE status = 'SUCCEEDED') AS last_success,
-                 count(*) FILTER (WHERE status = 'FAILED')::int8 AS failed,
-                 count(*) FILTER (WHERE status = 'MISSED')::int8 AS missed,
-                 count(*) FILTER (WHERE status = 'SKIPPED_OVERLAP')::int8 AS skipped_overlap,
-                 count(*) FILTER (WHERE status = 'ABANDONED')::int8 AS abandoned,
-                 count(*) FILTER (WHERE status = 'RUNNING')::int8 AS running,
-                 count(*)::int8 AS total
-            FROM ${schema}.runs GROUP BY job ORDER BY job`;
+/**
+ * The ledger's job names, one index probe each: a loose scan of the `(job, tick)` primary key, so
+ * that listing the jobs costs as many probes as there are jobs, not a scan of the ledger.
+ */
+function jobNames(schema: string): string {
+  return `WITH RECURSIVE names AS (
+            (SELECT job FROM ${schema}.runs ORDER BY job LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.job FROM ${schema}.runs r WHERE r.job > n.job ORDER BY r.job LIMIT 1)
+              FROM names n WHERE n.job IS NOT NULL
+          )`;
 }
 
-/** The latest ledger rows, newest first: $1 the limit. */
-export function recentRunsStatement(schema: string, limit: number): Statement {
+/**
+ * Per scheduled job, over its latest `$1` ledger rows only (a backward range of the primary key):
+ * its last tick, last success, and counts by status. Bounded by jobs × window, whatever the
+ * ledger's length.
+ */
+export function jobsStatement(schema: string, window: number): Statement {
   return {
-    text: `SELECT job, tick, status, owner, attempt, token::text AS token, started_at, finished_at, error
-             FROM ${schema}.runs ORDER BY tick DESC, job LIMIT $1`,
-    params: [limit],
+    text: `${jobNames(schema)}
+          SELECT n.job, w.last_tick, w.last_success, w.succeeded, w.failed, w.missed,
+                 w.skipped_overlap, w.abandoned, w.running, w.total
+            FROM names n
+            CROSS JOIN LATERAL (
+              SELECT max(tick) AS last_tick,
+                     max(tick) FILTER (WHERE status = 'SUCCEEDED') AS last_success,
+                     count(*) FILTER (WHERE status = 'SUCCEEDED')::int8 AS succeeded,
+                     count(*) FILTER (WHERE status = 'FAILED')::int8 AS failed,
+                     count(*) FILTER (WHERE status = 'MISSED')::int8 AS missed,
+                     count(*) FILTER (WHERE status = 'SKIPPED_OVERLAP')::int8 AS skipped_overlap,
+                     count(*) FILTER (WHERE status = 'ABANDONED')::int8 AS abandoned,
+                     count(*) FILTER (WHERE status = 'RUNNING')::int8 AS running,
+                     count(*)::int8 AS total
+                FROM (SELECT tick, status FROM ${schema}.runs r
+                       WHERE r.job = n.job ORDER BY r.tick DESC LIMIT $1) latest
+            ) w
+           WHERE n.job IS NOT NULL
+           ORDER BY n.job`,
+    params: [window],
+  };
+}
+
+/**
+ * The latest ledger rows, newest first: each job's newest `$2`, and the newest `$3` over all jobs
+ * ($1 = the larger of the two). Read per job from the primary key — jobs × $1 index entries at
+ * most — never by sorting the whole ledger. `job_rank` 1 is a job's newest row.
+ */
+export function latestRunsStatement(schema: string, perJob: number, overall: number): Statement {
+  return {
+    text: `${jobNames(schema)},
+          latest AS (
+            SELECT r.*, row_number() OVER (PARTITION BY r.job ORDER BY r.tick DESC) AS job_rank
+              FROM names n
+              CROSS JOIN LATERAL (SELECT * FROM ${schema}.runs r
+                                   WHERE r.job = n.job ORDER BY r.tick DESC LIMIT $1) r
+             WHERE n.job IS NOT NULL
+          ),
+          ranked AS (
+            SELECT l.*, row_number() OVER (ORDER BY l.tick DESC, l.job) AS overall_rank FROM latest l
+          )
+          SELECT job, tick, status, owner, attempt, token::text AS token, started_at, finished_at,
+                 error, job_rank, overall_rank
+            FROM ranked
+           WHERE job_rank <= $2 OR overall_rank <= $3
+           ORDER BY tick DESC, job`,
+    params: [Math.max(perJob, overall), perJob, overall],
   };
 }
 
