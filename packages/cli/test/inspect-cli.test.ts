@@ -159,8 +159,23 @@ describe('lockkit doctor', () => {
     const bouncer = testPgBouncer() as { url: string };
     const r = run(['doctor', '--url', bouncer.url]);
     expect(r.status).toBe(0);
-    expect(r.stdout).toMatch(/WARN\s+pooler\s+A connection pooler is in the path/);
+    expect(r.stdout).toMatch(/WARN\s+pooler\s+A transaction pooler is in the path/);
+    expect(r.stdout).toMatch(/transactionPooler: true/);
   });
+
+  it.runIf('url' in testPgBouncer())(
+    'finds a session-mode pooler safe for session locks, and recommends nothing',
+    () => {
+      const bouncer = testPgBouncer() as { sessionModeUrl: string };
+      const r = run(['doctor', '--url', bouncer.sessionModeUrl, '--json']);
+      expect(r.status).toBe(0);
+      const pooler = (JSON.parse(r.stdout) as { id: string; level: string; message: string }[]).find(
+        (c) => c.id === 'pooler',
+      );
+      expect(pooler).toMatchObject({ level: 'ok', message: expect.stringMatching(/session mode/) });
+      expect(pooler?.message).not.toMatch(/transactionPooler: true/);
+    },
+  );
 });
 
 describe('bad input', () => {

@@ -91,6 +91,11 @@ export {
   type SchedulerOptions,
   type TransactionRun,
 } from './scheduler.js';
+export {
+  type DetectPoolerOptions,
+  detectPooler,
+  type PoolerVerdict,
+} from './session-pinning.js';
 export { quoteIdentifier } from './sql/identifiers.js';
 export {
   BACKEND_PID,

@@ -29,3 +29,44 @@ export function clientExecutor(client: pg.Client): LockExecutor<pg.Client> {
     },
   };
 }
+
+/**
+ * Transactions and sessions on connections of `pool`, telling core the backend pid each
+ * connection was given at connect (pg keeps it as `client.processID`), as `@lockkit/pg` does.
+ */
+export function poolExecutor(pool: pg.Pool): LockExecutor<pg.PoolClient, pg.PoolClient> {
+  return {
+    name: 'test-pool',
+    async transaction(fn) {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const result = await fn({
+          query: query(client as unknown as pg.Client),
+          tx: client,
+          signal: new AbortController().signal,
+        });
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      } finally {
+        client.release();
+      }
+    },
+    async session(fn) {
+      const client = await pool.connect();
+      try {
+        return await fn({
+          query: query(client as unknown as pg.Client),
+          session: client,
+          signal: new AbortController().signal,
+          backendPid: (client as unknown as { processID?: number }).processID,
+        });
+      } finally {
+        client.release();
+      }
+    },
+  };
+}

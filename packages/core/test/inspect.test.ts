@@ -172,7 +172,8 @@ describe('inspect() on a long ledger', () => {
         if (node['Relation Name'] === 'runs' || node['Index Name'] === 'runs_pkey') {
           ledgerRows += Number(node['Actual Rows']) * Number(node['Actual Loops']);
         }
-        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? [])
+          walk(child);
       };
       for (const s of statements.filter((s) => s.text.includes('.runs'))) {
         const { rows } = await reader.query(
