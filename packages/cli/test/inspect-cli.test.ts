@@ -169,9 +169,9 @@ describe('lockkit doctor', () => {
       const bouncer = testPgBouncer() as { sessionModeUrl: string };
       const r = run(['doctor', '--url', bouncer.sessionModeUrl, '--json']);
       expect(r.status).toBe(0);
-      const pooler = (JSON.parse(r.stdout) as { id: string; level: string; message: string }[]).find(
-        (c) => c.id === 'pooler',
-      );
+      const pooler = (
+        JSON.parse(r.stdout) as { id: string; level: string; message: string }[]
+      ).find((c) => c.id === 'pooler');
       expect(pooler).toMatchObject({ level: 'ok', message: expect.stringMatching(/session mode/) });
       expect(pooler?.message).not.toMatch(/transactionPooler: true/);
     },

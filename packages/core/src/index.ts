@@ -42,7 +42,10 @@ export {
   type InspectOptions,
   inspect,
   KeyNames,
+  type LockSample,
   type LockTableCapacity,
+  type SampledLock,
+  sampleLocks,
 } from './inspect.js';
 export {
   generateLockKeys,

@@ -10,6 +10,7 @@ import { LockKey } from './keys.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import {
+  ADVISORY_LOCK_SAMPLE,
   ADVISORY_LOCKS,
   jobsStatement,
   LOCK_TABLE_CAPACITY,
@@ -331,4 +332,62 @@ export async function inspect(
       recentRuns,
     };
   });
+}
+
+/** One advisory lock seen by {@link sampleLocks}. */
+export interface SampledLock {
+  readonly pid: number;
+  readonly key: LockKey;
+  /** The names the key was made from, when lockkit knows them. */
+  readonly names: { readonly namespace: string; readonly jobKey: string } | undefined;
+  readonly mode: 'exclusive' | 'shared';
+  readonly granted: boolean;
+  readonly applicationName: string | null;
+  readonly clientAddress: string | null;
+  readonly user: string | null;
+}
+
+/** What {@link sampleLocks} saw, and when. */
+export interface LockSample {
+  readonly at: Date;
+  readonly locks: readonly SampledLock[];
+}
+
+/**
+ * One cheap look at the advisory locks held or awaited in the current database, with each
+ * holder's `application_name`: for sampling several times a second, since a transaction-scoped
+ * lock often lives for milliseconds (the dashboard keeps what it saw over the last seconds).
+ * Decodes keys with `names` only (pass the registry an {@link inspect} call filled). One
+ * statement; no blocking graph, no ledger.
+ */
+export async function sampleLocks(
+  executor: LockExecutor,
+  options: { readonly names?: KeyNames } = {},
+): Promise<LockSample> {
+  assertLockExecutor(executor);
+  if (options.names !== undefined && !(options.names instanceof KeyNames)) {
+    throw new LockkitError('OPTION_INVALID', 'names must be a KeyNames (new KeyNames().add(…)).');
+  }
+  const names = options.names ?? new KeyNames();
+  const rows = await executor.transaction(({ query }) => query(ADVISORY_LOCK_SAMPLE));
+  return {
+    at: new Date(),
+    locks: rows.map((r) => {
+      const key = LockKey.fromPgLocks({
+        classid: r.classid as string,
+        objid: r.objid as string,
+        objsubid: r.objsubid as number,
+      });
+      return {
+        pid: Number(r.pid),
+        key,
+        names: names.lookup(key),
+        mode: r.mode === 'ShareLock' ? ('shared' as const) : ('exclusive' as const),
+        granted: r.granted === true,
+        applicationName: (r.application_name as string | null) ?? null,
+        clientAddress: (r.client_addr as string | null) ?? null,
+        user: (r.user_name as string | null) ?? null,
+      };
+    }),
+  };
 }

@@ -8,7 +8,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LockkitError } from '../src/errors.js';
 import type { LockExecutor } from '../src/executor.js';
-import { type InspectOptions, inspect, KeyNames } from '../src/inspect.js';
+import { type InspectOptions, inspect, KeyNames, sampleLocks } from '../src/inspect.js';
 import { LockKey } from '../src/keys.js';
 import { createLockClient } from '../src/lock.js';
 import { clientExecutor } from './client-executor.js';
@@ -93,6 +93,33 @@ describe('inspect()', () => {
       ]);
     } finally {
       await other.end();
+    }
+  });
+});
+
+describe('sampleLocks()', () => {
+  it('sees a held lock, its holder and its application, in one cheap statement', async () => {
+    const key = LockKey.fromNames('reports', `sampled-${randomBytes(3).toString('hex')}`);
+    const [k1, k2] = key.pair as readonly [number, number];
+    const holderPid = Number((await holder.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+    await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [k1, k2]);
+    try {
+      const names = new KeyNames().add('reports', key.names?.jobKey as string);
+      const sample = await sampleLocks(clientExecutor(reader), { names });
+      expect(sample.locks.filter((l) => l.key.equals(key))).toEqual([
+        expect.objectContaining({
+          pid: holderPid,
+          granted: true,
+          mode: 'exclusive',
+          applicationName: 'inspect-0',
+          names: key.names,
+        }),
+      ]);
+      await expect(sampleLocks(clientExecutor(reader), { names: {} as KeyNames })).rejects.toThrow(
+        /names must be a KeyNames/,
+      );
+    } finally {
+      await holder.query('SELECT pg_advisory_unlock_all()');
     }
   });
 });

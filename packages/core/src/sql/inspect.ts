@@ -19,6 +19,19 @@ export const ADVISORY_LOCKS = `
    ORDER BY l.granted DESC, l.pid`;
 
 /**
+ * A cheap look at the advisory locks held or awaited right now, for sampling many times a second
+ * (a transaction lock often lives for milliseconds): no blocking graph, no timings.
+ */
+export const ADVISORY_LOCK_SAMPLE = `
+  SELECT l.pid, l.classid::int8 AS classid, l.objid::int8 AS objid, l.objsubid::int AS objsubid,
+         l.mode, l.granted, a.application_name, host(a.client_addr) AS client_addr,
+         a.usename AS user_name
+    FROM pg_locks l
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+   WHERE l.locktype = 'advisory'
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`;
+
+/**
  * The shared lock table: its slots (`max_locks_per_transaction × (max_connections +
  * max_prepared_transactions)`) and the entries in use (fast-path locks live elsewhere).
  */
