@@ -35,7 +35,8 @@ async function firstHtmlUntil(
   for (;;) {
     await page.goto(url);
     if (await ready()) return;
-    if (Date.now() > deadline) throw new Error(`the page never showed it:\n${await page.content()}`);
+    if (Date.now() > deadline)
+      throw new Error(`the page never showed it:\n${await page.content()}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }
@@ -132,11 +133,10 @@ describe.skipIf(!available)(
           const live = await browser.newPage({ viewport: VIEWPORT });
           await live.goto(url);
           const first = await live.locator('#status').textContent();
-          await live.waitForFunction(
-            (before) => document.getElementById('status')?.textContent !== before,
-            first,
-            { timeout: 10_000 },
-          );
+          await live
+            .locator('#status')
+            .filter({ hasNotText: first ?? '' })
+            .waitFor({ timeout: 10_000 });
           expect(await live.locator('#runs tr.run').count()).toBeGreaterThan(0);
         } finally {
           await browser.close();
