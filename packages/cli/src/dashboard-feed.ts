@@ -34,12 +34,14 @@ export interface DashboardFeedOptions {
 }
 
 type Listener = (snapshot: DashboardSnapshot) => void;
+/** A waiter also hears of a failed first read (`undefined`): a request need not wait it out. */
+type Waiter = (snapshot: DashboardSnapshot | undefined) => void;
 
 /** The shared snapshot loop. */
 export class DashboardFeed {
   private snapshot: DashboardSnapshot | undefined;
   /** One-shot waiters for the next snapshot. */
-  private readonly waiters = new Set<Listener>();
+  private readonly waiters = new Set<Waiter>();
   /** Pages on the event stream. */
   private readonly subscribers = new Set<Listener>();
   private readonly history: LockHistory;
@@ -47,6 +49,8 @@ export class DashboardFeed {
   private lastInterest = 0;
   private running = false;
   private closed = false;
+  /** Bumped by every start: a loop from an earlier run (still awaiting its query) ends itself. */
+  private generation = 0;
   private inspectTimer: NodeJS.Timeout | undefined;
   private sampleTimer: NodeJS.Timeout | undefined;
   private lastError: string | undefined;
@@ -73,7 +77,7 @@ export class DashboardFeed {
         this.waiters.delete(listener);
         resolve(this.snapshot);
       }, waitMs);
-      const listener: Listener = (next) => {
+      const listener: Waiter = (next) => {
         clearTimeout(timer);
         this.waiters.delete(listener);
         resolve(next);
@@ -91,6 +95,11 @@ export class DashboardFeed {
       this.subscribers.delete(wrapped);
       this.lastInterest = Date.now();
     };
+  }
+
+  /** Why the latest read of the database failed, when it did. */
+  get error(): string | undefined {
+    return this.lastError;
   }
 
   /** Stops both loops for good. */
@@ -112,8 +121,13 @@ export class DashboardFeed {
 
   private start(): void {
     this.running = true;
-    void this.inspectLoop();
-    void this.sampleLoop();
+    const generation = ++this.generation;
+    void this.inspectLoop(generation);
+    void this.sampleLoop(generation);
+  }
+
+  private isCurrent(generation: number): boolean {
+    return this.running && !this.closed && generation === this.generation;
   }
 
   private stop(): void {
@@ -122,7 +136,8 @@ export class DashboardFeed {
     clearTimeout(this.sampleTimer);
   }
 
-  private async inspectLoop(): Promise<void> {
+  private async inspectLoop(generation: number): Promise<void> {
+    if (!this.isCurrent(generation)) return;
     if (!this.interested()) {
       this.stop();
       return;
@@ -139,21 +154,22 @@ export class DashboardFeed {
     } catch (error) {
       this.lastError = error instanceof Error ? error.message : String(error);
       if (this.snapshot) this.publish(this.snapshot.inspection);
+      else for (const waiter of [...this.waiters]) waiter(undefined);
     }
-    if (this.running && !this.closed) {
-      this.inspectTimer = setTimeout(() => void this.inspectLoop(), this.o.intervalMs);
+    if (this.isCurrent(generation)) {
+      this.inspectTimer = setTimeout(() => void this.inspectLoop(generation), this.o.intervalMs);
     }
   }
 
-  private async sampleLoop(): Promise<void> {
-    if (!this.interested()) return;
+  private async sampleLoop(generation: number): Promise<void> {
+    if (!this.isCurrent(generation) || !this.interested()) return;
     try {
       this.history.record(await sampleLocks(this.o.executor, { names: this.names }));
     } catch {
       // The inspection loop reports database failures; a missed sample only leaves a gap.
     }
-    if (this.running && !this.closed) {
-      this.sampleTimer = setTimeout(() => void this.sampleLoop(), this.o.sampleMs);
+    if (this.isCurrent(generation)) {
+      this.sampleTimer = setTimeout(() => void this.sampleLoop(generation), this.o.sampleMs);
     }
   }
 

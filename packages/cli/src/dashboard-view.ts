@@ -143,7 +143,9 @@ export function renderMain(s: DashboardSnapshot): string {
   );
 }
 
-/** The page's main content before the first snapshot. */
-export function renderLoading(): string {
-  return '<div class="meta" id="status">loading — the first look at the database is not in yet; this page fills in by itself.</div>';
+/** The page's main content before the first snapshot, or when the database cannot be read. */
+export function renderLoading(error?: string): string {
+  return error
+    ? `<div class="meta" id="status">The database could not be read yet; this page fills in by itself once it can.</div><div class="failure">${escapeHtml(error)}</div>`
+    : '<div class="meta" id="status">loading — the first look at the database is not in yet; this page fills in by itself.</div>';
 }

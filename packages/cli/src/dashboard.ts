@@ -102,7 +102,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   // Rendered once per snapshot, however many pages receive it.
   let rendered: { snapshot: DashboardSnapshot; html: string } | undefined;
   const render = (snapshot: DashboardSnapshot | undefined): string => {
-    if (!snapshot) return renderLoading();
+    if (!snapshot) return renderLoading(feed.error);
     if (rendered?.snapshot !== snapshot) rendered = { snapshot, html: renderMain(snapshot) };
     return rendered.html;
   };

@@ -152,6 +152,22 @@ describe('the dashboard’s database work', () => {
   });
 });
 
+describe('the dashboard with its database down', () => {
+  it('says so at once instead of hanging, and serves no stale state', async () => {
+    const down = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', max: 1 });
+    down.on('error', () => {});
+    cleanups.push(() => down.end());
+    const dashboard = await startDashboard({ executor: pgExecutor(down), port: 0 });
+    cleanups.push(() => dashboard.close());
+    const started = performance.now();
+    const page = await fetch(dashboard.url);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toMatch(/could not be read[\s\S]*ECONNREFUSED/);
+    expect(performance.now() - started).toBeLessThan(4000); // not the 5 s wait for a first snapshot
+    expect((await fetch(new URL('api/state', dashboard.url))).status).toBe(503);
+  });
+});
+
 describe('what the dashboard shows', () => {
   it('renders recent runs, who ran them, leases with their holder, and recently held locks in its first HTML', async () => {
     const schema = `lockkit_dash_${randomBytes(4).toString('hex')}`;
