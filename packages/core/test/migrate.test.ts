@@ -81,3 +81,31 @@ describe('migrate() under a DML-only application role', () => {
     }
   });
 });
+
+describe('migrate() from many instances at once', () => {
+  it('applies each version once, whoever waited on whom', async () => {
+    const clients = await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        const c = new pg.Client({ connectionString: testDatabaseBaseUrl() });
+        await c.connect();
+        return c;
+      }),
+    );
+    try {
+      for (let round = 0; round < 5; round++) {
+        const fresh = `${schema}_race_${round}`;
+        try {
+          const results = await Promise.all(
+            clients.map((c) => migrate(clientExecutor(c), { schema: fresh })),
+          );
+          expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
+          expect(results.every((r) => r.to === LATEST_VERSION)).toBe(true);
+        } finally {
+          await admin.query(`DROP SCHEMA IF EXISTS "${fresh}" CASCADE`);
+        }
+      }
+    } finally {
+      await Promise.all(clients.map((c) => c.end()));
+    }
+  });
+});

@@ -41,11 +41,19 @@ export const LOCK_TABLE_CAPACITY = `
          (SELECT count(*) FROM pg_locks WHERE NOT fastpath)::int8 AS used,
          (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory')::int8 AS advisory`;
 
-/** Whether lockkit's tables exist in `schema` (unquoted name): `leases` and `runs` booleans. */
+/**
+ * Whether lockkit's tables exist in `schema` (unquoted name): `leases` and `runs` booleans. A
+ * catalog scan, not to_regclass(): a missing name looked up through the catalog caches stays
+ * cached as missing in the backend, which a later migrate() on the same pooled connection would
+ * trip over (see sql/migrations.ts).
+ */
 export function tablesStatement(schemaName: string): Statement {
   return {
-    text: `SELECT to_regclass(format('%I.leases', $1::text)) IS NOT NULL AS leases,
-                  to_regclass(format('%I.runs', $1::text)) IS NOT NULL AS runs`,
+    text: `SELECT coalesce(bool_or(c.relname = 'leases'), false) AS leases,
+                  coalesce(bool_or(c.relname = 'runs'), false) AS runs
+             FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $1::text AND c.relname IN ('leases', 'runs')`,
     params: [schemaName],
   };
 }
