@@ -198,6 +198,25 @@ function checkOptions(options: InspectOptions) {
   };
 }
 
+/** The fields of a `pg_locks` row (joined with its backend's activity) both views share. */
+function sampledLockOf(r: Row, names: KeyNames): SampledLock {
+  const key = LockKey.fromPgLocks({
+    classid: r.classid as string,
+    objid: r.objid as string,
+    objsubid: r.objsubid as number,
+  });
+  return {
+    pid: Number(r.pid),
+    key,
+    names: names.lookup(key),
+    mode: r.mode === 'ShareLock' ? 'shared' : 'exclusive',
+    granted: r.granted === true,
+    applicationName: (r.application_name as string | null) ?? null,
+    clientAddress: (r.client_addr as string | null) ?? null,
+    user: (r.user_name as string | null) ?? null,
+  };
+}
+
 const runOf = (r: Row): InspectedRun => ({
   job: r.job as string,
   tick: new Date(r.tick as string),
@@ -267,27 +286,13 @@ export async function inspect(
       if (Number(r.overall_rank) <= o.recentRuns) recentRuns.push(run);
     }
     return {
-      locks: lockRows.map((r) => {
-        const key = LockKey.fromPgLocks({
-          classid: r.classid as string,
-          objid: r.objid as string,
-          objsubid: r.objsubid as number,
-        });
-        return {
-          pid: Number(r.pid),
-          key,
-          names: names.lookup(key),
-          mode: r.mode === 'ShareLock' ? ('shared' as const) : ('exclusive' as const),
-          granted: r.granted === true,
-          applicationName: (r.application_name as string | null) ?? null,
-          clientAddress: (r.client_addr as string | null) ?? null,
-          user: (r.user_name as string | null) ?? null,
-          state: (r.state as string | null) ?? null,
-          transactionAgeMs: num(r.transaction_age_ms),
-          waitingMs: num(r.waiting_ms),
-          blockedBy: ((r.blocked_by as unknown[] | null) ?? []).map(Number),
-        };
-      }),
+      locks: lockRows.map((r) => ({
+        ...sampledLockOf(r, names),
+        state: (r.state as string | null) ?? null,
+        transactionAgeMs: num(r.transaction_age_ms),
+        waitingMs: num(r.waiting_ms),
+        blockedBy: ((r.blocked_by as unknown[] | null) ?? []).map(Number),
+      })),
       capacity: {
         slots,
         used,
@@ -372,22 +377,6 @@ export async function sampleLocks(
   const rows = await executor.transaction(({ query }) => query(ADVISORY_LOCK_SAMPLE));
   return {
     at: new Date(),
-    locks: rows.map((r) => {
-      const key = LockKey.fromPgLocks({
-        classid: r.classid as string,
-        objid: r.objid as string,
-        objsubid: r.objsubid as number,
-      });
-      return {
-        pid: Number(r.pid),
-        key,
-        names: names.lookup(key),
-        mode: r.mode === 'ShareLock' ? ('shared' as const) : ('exclusive' as const),
-        granted: r.granted === true,
-        applicationName: (r.application_name as string | null) ?? null,
-        clientAddress: (r.client_addr as string | null) ?? null,
-        user: (r.user_name as string | null) ?? null,
-      };
-    }),
+    locks: rows.map((r) => sampledLockOf(r, names)),
   };
 }
