@@ -2,7 +2,8 @@
  * The dashboard's one view of the database, shared by every page: an `inspect()` snapshot every
  * interval and a cheap `pg_locks` sample several times a second, taken one after another on one
  * loop each — so the database work is the same for one open page or fifty — and only while
- * someone is looking (a page on the event stream, or a request in the last half minute).
+ * someone is looking (from the server's start, then while a page is on the event stream or a
+ * request came in the last minutes).
  */
 import { type Inspection, inspect, KeyNames, type LockExecutor, sampleLocks } from '@lockkit/core';
 import { LockHistory, type SeenLock } from './lock-history.js';
@@ -108,9 +109,14 @@ export class DashboardFeed {
     this.stop();
   }
 
+  /** Starts the loops now (they also start on the first request, and stop when nobody looks). */
+  start(): void {
+    this.touch();
+  }
+
   private touch(): void {
     this.lastInterest = Date.now();
-    if (!this.running && !this.closed) this.start();
+    if (!this.running && !this.closed) this.run();
   }
 
   private interested(): boolean {
@@ -119,7 +125,7 @@ export class DashboardFeed {
     );
   }
 
-  private start(): void {
+  private run(): void {
     this.running = true;
     const generation = ++this.generation;
     void this.inspectLoop(generation);

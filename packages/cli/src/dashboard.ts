@@ -47,8 +47,11 @@ export interface Dashboard {
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1']);
-/** How long the database loops keep going after the last request when no page listens. */
-const IDLE_MS = 30_000;
+/**
+ * How long the database loops keep going after the last request when no page listens. They start
+ * with the server, so that the first page already has a history of the locks that came and went.
+ */
+const IDLE_MS = 10 * 60_000;
 /** How long a request waits for the first snapshot before the page says it is loading. */
 const FIRST_SNAPSHOT_WAIT_MS = 5000;
 
@@ -99,6 +102,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     historySeconds: positive(options.historySeconds, 60, 'historySeconds'),
     idleMs: IDLE_MS,
   });
+  feed.start();
   // Rendered once per snapshot, however many pages receive it.
   let rendered: { snapshot: DashboardSnapshot; html: string } | undefined;
   const render = (snapshot: DashboardSnapshot | undefined): string => {
