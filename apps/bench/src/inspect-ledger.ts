@@ -4,7 +4,8 @@
  * Fills a fresh schema with `--rows` ledger rows (default 1,200,000: two per-second jobs kept for
  * the default retention of 7 days — ~1 % failed, ~1 % missed, ~1 % skipped), ANALYZEs it, then
  * times `--iterations` calls of `inspect()` (after two warm-up calls) and prints the median, p95
- * and max, plus the number of rows of the call's answer. The schema is dropped afterwards.
+ * and max, plus the number of rows of the call's answer (`--window`: the per-job rows counted,
+ * `jobWindow`, default 1000). The schema is dropped afterwards.
  *
  * Settings: `DATABASE_URL` (else an embedded PostgreSQL is started).
  */
@@ -21,13 +22,17 @@ const { values } = parseArgs({
     rows: { type: 'string', default: '1200000' },
     jobs: { type: 'string', default: '2' },
     iterations: { type: 'string', default: '30' },
+    window: { type: 'string', default: '1000' },
   },
 });
 const rows = Number(values.rows);
 const jobs = Number(values.jobs);
 const iterations = Number(values.iterations);
-if (![rows, jobs, iterations].every((n) => Number.isInteger(n) && n > 0)) {
-  console.error('usage: inspect-ledger [--rows N] [--jobs N] [--iterations N] (positive integers)');
+const jobWindow = Number(values.window);
+if (![rows, jobs, iterations, jobWindow].every((n) => Number.isInteger(n) && n > 0)) {
+  console.error(
+    'usage: inspect-ledger [--rows N] [--jobs N] [--iterations N] [--window N] (positive integers)',
+  );
   process.exit(2);
 }
 
@@ -58,19 +63,19 @@ try {
     `ledger: ${count[0].n} rows, ${jobs} jobs (filled in ${Math.round(performance.now() - filled)} ms)`,
   );
   const executor = pgExecutor(pool);
-  for (let i = 0; i < 2; i++) await inspect(executor, { schema });
+  for (let i = 0; i < 2; i++) await inspect(executor, { schema, jobWindow });
   const times: number[] = [];
   let answer = { jobs: 0, recentRuns: 0 };
   for (let i = 0; i < iterations; i++) {
     const started = performance.now();
-    const seen = await inspect(executor, { schema });
+    const seen = await inspect(executor, { schema, jobWindow });
     times.push(performance.now() - started);
     answer = { jobs: seen.jobs.length, recentRuns: seen.recentRuns.length };
   }
   times.sort((a, b) => a - b);
   const f = (ms: number) => `${ms.toFixed(1)} ms`;
   console.log(
-    `inspect() over ${iterations} calls: median ${f(percentile(times, 50))}, p95 ${f(percentile(times, 95))}, max ${f(times.at(-1) ?? 0)}; answer: ${answer.jobs} jobs, ${answer.recentRuns} recent runs`,
+    `inspect() (jobWindow ${jobWindow}) over ${iterations} calls: median ${f(percentile(times, 50))}, p95 ${f(percentile(times, 95))}, max ${f(times.at(-1) ?? 0)}; answer: ${answer.jobs} jobs, ${answer.recentRuns} recent runs`,
   );
 } finally {
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});

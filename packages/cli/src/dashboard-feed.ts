@@ -154,6 +154,8 @@ export class DashboardFeed {
         names: this.names,
         runsPerJob: 12,
         recentRuns: 30,
+        // Counted every second: the latest 200 ticks of each job say how it is doing now.
+        jobWindow: 200,
       });
       this.lastError = undefined;
       this.publish(inspection);
