@@ -43,13 +43,13 @@ export type PoolerVerdict =
 export interface DetectPoolerOptions {
   /**
    * How long the check waits for a second connection of the executor's pool, in ms (default
-   * 2000): with a pool of one, none comes while the session holds it, and the pooler's mode stays
+   * 5000): with a pool of one, none comes while the session holds it, and the pooler's mode stays
    * unverified.
    */
   readonly probeTimeoutMs?: number;
 }
 
-const DEFAULT_PROBE_TIMEOUT_MS = 2000;
+const DEFAULT_PROBE_TIMEOUT_MS = 5000;
 
 /** P's state seen from another connection: its own backend, and P's activity entry. */
 const PEEK = `SELECT pg_backend_pid() AS pid, a.state, a.query
