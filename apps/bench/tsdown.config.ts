@@ -1,7 +1,13 @@
 import { lockkitBuild } from '@lockkit/build-config';
 // An app, not a library: one ESM entry, with the private test-db helpers bundled in.
 export default lockkitBuild({
-  entry: ['src/main.ts', 'src/memory-probe.ts', 'src/scale-worker.ts', 'src/lease-contenders.ts'],
+  entry: [
+    'src/main.ts',
+    'src/memory-probe.ts',
+    'src/scale-worker.ts',
+    'src/lease-contenders.ts',
+    'src/inspect-ledger.ts',
+  ],
   format: ['esm'],
   dts: false,
   noExternal: [/^@lockkit\/test-db/],

@@ -1,2 +1,2 @@
 import { lockkitTestConfig } from '@lockkit/test-db/vitest-config';
-export default lockkitTestConfig();
+export default lockkitTestConfig({}, { pgbouncer: true });

@@ -20,7 +20,10 @@ const say = (message: Record<string, unknown>) =>
 
 async function main(): Promise<void> {
   const config = JSON.parse(process.argv[2] ?? '{}') as WorkerConfig;
-  const { locks, close } = connect(config.adapter, config.url, config.schema);
+  // Named in pg_stat_activity, so that the dashboard and `lockkit locks` show who holds a lock.
+  const url = new URL(config.url);
+  url.searchParams.set('application_name', `lockkit-demo-${config.worker}`);
+  const { locks, close } = connect(config.adapter, url.toString(), config.schema);
   const scheduler = createScheduler(locks, {
     owner: config.worker,
     now: () => Date.now() + config.skewMs,

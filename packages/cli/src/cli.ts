@@ -128,7 +128,7 @@ async function main(argv: readonly string[]): Promise<number> {
       return fail(describe(error, url), 1);
     }
     try {
-      const ctx = { client, schema: values.schema, json, names, out };
+      const ctx = { client, url, schema: values.schema, json, names, out };
       switch (command) {
         case 'locks':
           return await commands.locks(ctx);

@@ -11,12 +11,14 @@ import {
   migrate,
 } from '@lockkit/core';
 import { pgExecutor } from '@lockkit/pg';
-import type pg from 'pg';
+import pg from 'pg';
 import { duration, table, when } from './table.js';
 
 /** What every command gets. */
 export interface CommandContext {
   readonly client: pg.Client;
+  /** The connection string `client` was made from. */
+  readonly url: string;
   readonly schema: string | undefined;
   readonly json: boolean;
   readonly names: KeyNames;
@@ -132,6 +134,7 @@ export async function runs(ctx: CommandContext): Promise<number> {
     );
     return 0;
   }
+  const window = i.jobs[0]?.window ?? 0;
   ctx.out(
     [
       table(
@@ -150,7 +153,7 @@ export async function runs(ctx: CommandContext): Promise<number> {
           j.job,
           when(j.lastTick),
           when(j.lastSuccess),
-          j.total,
+          j.ran,
           j.failed,
           j.missed,
           j.skippedOverlap,
@@ -158,9 +161,10 @@ export async function runs(ctx: CommandContext): Promise<number> {
           j.running,
         ]),
       ),
+      `(over each job's latest ${window} ledger rows; runs = ticks that ran: succeeded, failed, abandoned or running — missed and overlapping ticks are not runs)`,
       '',
       table(
-        ['job', 'tick', 'status', 'attempt', 'owner', 'error'],
+        ['job', 'tick', 'status', 'attempt', 'ran by', 'error'],
         i.recentRuns
           .slice(0, 20)
           .map((r) => [r.job, when(r.tick), r.status, r.attempt, r.owner, r.error]),
@@ -214,11 +218,21 @@ export async function runMigrate(ctx: CommandContext): Promise<number> {
 
 /** `lockkit doctor`: exit 1 when a check fails, 0 otherwise (warnings included). */
 export async function runDoctor(ctx: CommandContext): Promise<number> {
-  // pg keeps the pid of the server's BackendKeyData on the client (untyped in @types/pg).
-  const driverBackendPid = (ctx.client as unknown as { processID?: unknown }).processID;
-  const checks: DoctorCheck[] = await doctor(pgExecutor(ctx.client), {
-    ...(typeof driverBackendPid === 'number' && { driverBackendPid }),
+  // A small pool of its own: telling a session-mode pooler from a transaction-mode one takes a
+  // second connection while the first sits idle.
+  const pool = new pg.Pool({
+    connectionString: ctx.url,
+    max: 3,
+    application_name: 'lockkit-cli',
+    connectionTimeoutMillis: 10_000,
   });
+  pool.on('error', () => {});
+  let checks: DoctorCheck[];
+  try {
+    checks = await doctor(pgExecutor(pool));
+  } finally {
+    await pool.end();
+  }
   if (ctx.json) ctx.out(jsonOf(checks));
   else
     ctx.out(

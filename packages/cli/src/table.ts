@@ -34,9 +34,14 @@ export function when(date: Date | null): string {
 /**
  * `text` with the password of every `scheme://user:password@` in it replaced: whatever the user
  * typed may be echoed in a message (an unknown command, a bad value), a password never.
+ *
+ * A password typed raw may itself hold `@`, `:` or `/` (`postgres://u:p@ss@host/db`), and URL
+ * parsers take the LAST `@` before the host as the end of the credentials. So everything from the
+ * first `:` after the user up to the last `@` of the word is hidden: a word with an `@` further
+ * on (in a query string) loses more than the password, never less.
  */
 export function redactCredentials(text: string): string {
-  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@]*@/gi, '$1***@');
+  return text.replace(/(\b[a-z][a-z0-9+.-]*:\/\/[^\s:/]*:)\S*@/gi, '$1***@');
 }
 
 /** A URL with any password replaced: URLs are echoed in messages, passwords never. */

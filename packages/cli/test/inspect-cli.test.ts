@@ -159,8 +159,23 @@ describe('lockkit doctor', () => {
     const bouncer = testPgBouncer() as { url: string };
     const r = run(['doctor', '--url', bouncer.url]);
     expect(r.status).toBe(0);
-    expect(r.stdout).toMatch(/WARN\s+pooler\s+A connection pooler is in the path/);
+    expect(r.stdout).toMatch(/WARN\s+pooler\s+A transaction pooler is in the path/);
+    expect(r.stdout).toMatch(/transactionPooler: true/);
   });
+
+  it.runIf('url' in testPgBouncer())(
+    'finds a session-mode pooler safe for session locks, and recommends nothing',
+    () => {
+      const bouncer = testPgBouncer() as { sessionModeUrl: string };
+      const r = run(['doctor', '--url', bouncer.sessionModeUrl, '--json']);
+      expect(r.status).toBe(0);
+      const pooler = (
+        JSON.parse(r.stdout) as { id: string; level: string; message: string }[]
+      ).find((c) => c.id === 'pooler');
+      expect(pooler).toMatchObject({ level: 'ok', message: expect.stringMatching(/session mode/) });
+      expect(pooler?.message).not.toMatch(/transactionPooler: true/);
+    },
+  );
 });
 
 describe('bad input', () => {
@@ -284,4 +299,52 @@ describe('lockkit leases, runs and watch', () => {
     expect(watch.status).toBe(0);
     expect(watch.stdout.match(/lock table:/g)).toHaveLength(2);
   }, 30_000);
+});
+
+describe('lockkit runs: what counts as a run', () => {
+  it('counts ticks that ran, not MISSED or SKIPPED_OVERLAP rows', async () => {
+    const { migrate } = await import('@lockkit/core');
+    const { pgExecutor } = await import('@lockkit/pg');
+    const schema = `lockkit_cli_runs_${Math.random().toString(36).slice(2, 8)}`;
+    const pool = new pg.Pool({ connectionString: testDatabaseBaseUrl(), max: 2 });
+    cleanups.push(async () => {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    });
+    await migrate(pgExecutor(pool), { schema });
+    // 2 succeeded, 1 failed, 1 abandoned: 4 runs; 3 missed and 2 skipped ticks were not runs.
+    const statuses = [
+      'SUCCEEDED',
+      'MISSED',
+      'FAILED',
+      'MISSED',
+      'SKIPPED_OVERLAP',
+      'ABANDONED',
+      'MISSED',
+      'SKIPPED_OVERLAP',
+      'SUCCEEDED',
+    ];
+    for (const [i, status] of statuses.entries()) {
+      await pool.query(
+        `INSERT INTO "${schema}".runs (job, tick, status, owner) VALUES ('billing', now() - make_interval(secs => $1), $2, 'host-a:42')`,
+        [statuses.length - i, status],
+      );
+    }
+    const url = testDatabaseBaseUrl();
+    const json = JSON.parse(run(['runs', '--url', url, '--schema', schema, '--json']).stdout) as {
+      jobs: { job: string; ran: number; missed: number; skippedOverlap: number }[];
+    };
+    expect(json.jobs).toEqual([
+      expect.objectContaining({ job: 'billing', ran: 4, missed: 3, skippedOverlap: 2 }),
+    ]);
+    const human = run(['runs', '--url', url, '--schema', schema]);
+    expect(human.status).toBe(0);
+    const [header, , row] = human.stdout.split('\n');
+    const columns = (header as string).split(/\s{2,}/);
+    const cells = (row as string).split(/\s{2,}/);
+    expect(cells[columns.indexOf('runs')]).toBe('4');
+    expect(cells[columns.indexOf('missed')]).toBe('3');
+    // Who ran the latest ticks is shown.
+    expect(human.stdout).toContain('host-a:42');
+  });
 });

@@ -60,7 +60,8 @@ export type ConformanceCaseId =
   | 'scheduler.worker-processes'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
-  | 'pooler.session-refused-when-detected';
+  | 'pooler.session-refused-when-detected'
+  | 'pooler.session-mode-allowed';
 
 /** One adapter instance under test, over its own connections. */
 export interface AdapterInstance<Tx, Session> {
@@ -96,7 +97,12 @@ export interface ConformanceAdapter<Tx, Session> {
    * refused there; without it those groups are skipped visibly with the reason.
    */
   readonly pgbouncer?: () =>
-    | { readonly url: string; readonly singleConnectionUrl: string }
+    | {
+        readonly url: string;
+        readonly singleConnectionUrl: string;
+        /** The same database through PgBouncer in session mode: session scope must work there. */
+        readonly sessionModeUrl?: string;
+      }
     | { readonly missing: string };
   /**
    * Runs SQL through the driver's native transaction handle, as a user's task would; enables the

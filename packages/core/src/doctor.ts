@@ -5,6 +5,7 @@
  * @packageDocumentation
  */
 import { assertLockExecutor, type LockExecutor } from './executor.js';
+import { type PoolerVerdict, pinningOf } from './session-pinning.js';
 import { LOCK_TABLE_CAPACITY, SERVER_FACTS } from './sql/inspect.js';
 
 /** One check's outcome. */
@@ -25,8 +26,9 @@ export interface DoctorCheck {
 /** What {@link doctor} needs to know beyond what the server says. */
 export interface DoctorOptions {
   /**
-   * The backend pid the driver got at connect (BackendKeyData), to detect a pooler; a session
-   * connection is needed for it to mean anything (omit when unknown).
+   * The backend pid the driver got at connect (BackendKeyData), to see a pooler when the executor
+   * has no session capability (with one, doctor checks on a session of its own, and tells a
+   * session-mode pooler from a transaction-mode one). Omit when unknown.
    */
   readonly driverBackendPid?: number;
   /** This host's clock, ms since the epoch (default `Date.now`). */
@@ -47,6 +49,91 @@ const ms = (setting: unknown): number => {
     value * ({ ms: 1, s: 1000, min: 60_000, h: 3_600_000, d: 86_400_000 } as const)[unit as 'ms']
   );
 };
+
+/** The pooler check's message for each verdict. */
+function poolerMessage(verdict: PoolerVerdict): DoctorCheck {
+  const id = 'pooler';
+  switch (verdict.kind) {
+    case 'direct':
+      return {
+        id,
+        level: 'ok',
+        message: 'No pooler: the connection reaches the backend it was told about at connect.',
+      };
+    case 'session-pooler':
+      return {
+        id,
+        level: 'ok',
+        message:
+          'A pooler in session mode is in the path: each client connection keeps one server backend that no other client reaches, so session locks are safe there (lockkit checks this itself and allows them), as are transaction-scoped locks and leases.',
+      };
+    case 'transaction-pooler':
+      return {
+        id,
+        level: 'warn',
+        message: `A transaction pooler is in the path (${verdict.evidence}). Session-scoped locks would be inherited by other clients: lockkit refuses them — declare transactionPooler: true to refuse them before any SQL. Transaction-scoped locks and leases are fine.`,
+      };
+    default:
+      return {
+        id,
+        level: 'warn',
+        message: `A connection pooler may be in the path and its mode could not be checked (${verdict.reason}). lockkit refuses session-scoped locks through an unchecked pooler; transaction-scoped locks and leases are fine. Run doctor with a pool of two connections or more to tell session mode from transaction mode.`,
+      };
+  }
+}
+
+/**
+ * With a session capability: a session of doctor's own, checked as lock clients check theirs.
+ * Without: the driver's startup pid against the server's, which shows a pooler but not its mode.
+ */
+async function poolerCheck(
+  executor: LockExecutor,
+  driverBackendPid: number | undefined,
+  serverPid: number,
+): Promise<DoctorCheck | undefined> {
+  if (typeof executor.session === 'function') {
+    const verdict = await executor.session(async (ctx) =>
+      ctx.backendPid === undefined
+        ? undefined // the driver reports no startup pid: nothing to compare with
+        : (await pinningOf(executor, ctx.query, ctx.backendPid)).verdict,
+    );
+    if (verdict) return poolerMessage(verdict);
+  }
+  if (driverBackendPid === undefined) return undefined;
+  return driverBackendPid === serverPid
+    ? poolerMessage({ kind: 'direct' })
+    : poolerMessage({
+        kind: 'unverified',
+        reason: `the driver was given backend pid ${driverBackendPid} at connect, the server runs backend ${serverPid}; without a session connection doctor cannot tell session mode from transaction mode`,
+      });
+}
+
+/** Above this idle time (seconds) a dead client's locks are kept too long to call it fine. */
+const KEEPALIVE_WARN_ABOVE_S = 600;
+
+/**
+ * `tcp_keepalives_idle`: 0 (Postgres's default) means the OS default, 7200 s on Linux, and on a
+ * TCP connection the setting reads as that real value, not 0 — so both are looked at.
+ */
+function keepaliveCheck(effective: unknown, configured: unknown): DoctorCheck {
+  const id = 'tcp-keepalive';
+  const effectiveS = Number(effective ?? 0) || 0;
+  const configuredS = Number(configured ?? 0) || 0;
+  const advice =
+    'a client that dies without closing its connection (host crash, network cut) keeps its advisory locks until the server notices. Set tcp_keepalives_idle (e.g. 60, with tcp_keepalives_interval 10 and tcp_keepalives_count 6) so the server drops dead connections within minutes.';
+  if (configuredS === 0) {
+    const seen = effectiveS > 0 ? `: ${effectiveS} s on this connection` : ' (often 7200 s)';
+    return {
+      id,
+      level: 'warn',
+      message: `tcp_keepalives_idle is 0, so the OS default applies${seen}: ${advice}`,
+    };
+  }
+  const seconds = effectiveS > 0 ? effectiveS : configuredS;
+  return seconds > KEEPALIVE_WARN_ABOVE_S
+    ? { id, level: 'warn', message: `tcp_keepalives_idle is ${seconds} s: ${advice}` }
+    : { id, level: 'ok', message: `tcp_keepalives_idle is ${seconds} s.` };
+}
 
 /**
  * Runs every check against the server behind `executor`. Never throws for a failed check; each
@@ -75,23 +162,8 @@ export async function doctor(
         }
       : { id: 'standby', level: 'ok', message: 'The server is a primary.' },
   );
-  if (options.driverBackendPid !== undefined) {
-    const serverPid = Number(facts.pid);
-    checks.push(
-      serverPid === options.driverBackendPid
-        ? {
-            id: 'pooler',
-            level: 'ok',
-            message:
-              'No transaction pooler detected: the connection reaches the backend it was told about at connect.',
-          }
-        : {
-            id: 'pooler',
-            level: 'warn',
-            message: `A connection pooler is in the path: the driver was given backend pid ${options.driverBackendPid} at connect, the server runs backend ${serverPid}. In transaction mode, session-scoped locks are unsafe and lockkit refuses them; declare transactionPooler: true. Transaction-scoped locks and leases are fine.`,
-          },
-    );
-  }
+  const pooler = await poolerCheck(executor, options.driverBackendPid, Number(facts.pid));
+  if (pooler) checks.push(pooler);
   const idle = ms(facts.idle_in_transaction_session_timeout);
   checks.push(
     idle > 0
@@ -116,20 +188,7 @@ export async function doctor(
         }
       : { id: 'statement-timeout', level: 'ok', message: 'statement_timeout is off.' },
   );
-  checks.push(
-    ms(facts.tcp_keepalives_idle) === 0
-      ? {
-          id: 'tcp-keepalive',
-          level: 'warn',
-          message:
-            'tcp_keepalives_idle uses the OS default (often 2 hours): a dead client can keep its advisory locks that long. Set it (e.g. 60) so the server drops dead connections and frees their locks.',
-        }
-      : {
-          id: 'tcp-keepalive',
-          level: 'ok',
-          message: `tcp_keepalives_idle is ${facts.tcp_keepalives_idle}.`,
-        },
-  );
+  checks.push(keepaliveCheck(facts.tcp_keepalives_idle, facts.tcp_keepalives_idle_configured));
   if (facts.default_transaction_read_only === 'on') {
     checks.push({
       id: 'read-only',

@@ -42,7 +42,10 @@ export {
   type InspectOptions,
   inspect,
   KeyNames,
+  type LockSample,
   type LockTableCapacity,
+  type SampledLock,
+  sampleLocks,
 } from './inspect.js';
 export {
   generateLockKeys,
@@ -91,6 +94,11 @@ export {
   type SchedulerOptions,
   type TransactionRun,
 } from './scheduler.js';
+export {
+  type DetectPoolerOptions,
+  detectPooler,
+  type PoolerVerdict,
+} from './session-pinning.js';
 export { quoteIdentifier } from './sql/identifiers.js';
 export {
   BACKEND_PID,

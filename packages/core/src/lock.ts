@@ -24,6 +24,7 @@ import { LockKey } from './keys.js';
 import { type LeaseOperations, leaseOperations } from './lease.js';
 import { DEFAULT_SCHEMA, type MigrationResult, migrate } from './migrate.js';
 import { fromPostgresError, sqlState } from './postgres-errors.js';
+import { SessionPinning } from './session-pinning.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import {
   BEGIN,
@@ -526,6 +527,8 @@ export function createLockClient<Tx, Session>(
 
   /** Set once a transaction pooler has been detected under this client's executor. */
   let poolerDetected = false;
+  /** Direct, session pooler or transaction pooler: checked on the first session call. */
+  const pinning = new SessionPinning(executor);
 
   const poolerError = (how: 'declared' | 'detected', detail: string) =>
     new UnsafeBehindPoolerError(
@@ -556,25 +559,24 @@ export function createLockClient<Tx, Session>(
     let connection: SessionContext<Session> | undefined;
     const tracker = track(emit, key, 'session', p.mode, p.wait);
     const cancels: Promise<void>[] = [];
-    const detected = (serverPid: unknown, driverPid: unknown) => {
+    const detected = (serverPid: unknown, expectedPid: unknown) => {
       poolerDetected = true;
       return poolerError(
         'detected',
-        `the driver was given backend pid ${String(driverPid)} at connect, but the server runs this connection on backend ${String(serverPid)}; no lock was taken.`,
+        `this connection's statements were expected on backend ${String(expectedPid)}, but the server ran one on backend ${String(serverPid)}: a pooler moved it; no lock was taken.`,
       );
     };
     try {
       const result = await executor.session(async (ctx): Promise<JobResult<T>> => {
         connection = ctx;
-        const driverPid = ctx.backendPid;
-        // A startup pid no server could have (PgBouncer's are random 32-bit values) is proof
-        // enough, before any lock statement.
-        if (
-          driverPid !== undefined &&
-          !(Number.isInteger(driverPid) && driverPid > 0 && driverPid < 2 ** 31)
-        ) {
-          throw detected('(not a server pid)', driverPid);
+        // The backend every lock statement of this connection must reach: its own on a direct
+        // connection or behind a session-mode pooler; behind a transaction pooler, a refusal.
+        const pin = await pinning.pin(ctx);
+        if ('refused' in pin) {
+          poolerDetected = true;
+          throw poolerError('detected', pin.refused);
         }
+        const expectedPid = pin.pid;
         let holderPid: number;
         if (p.wait) {
           // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
@@ -584,8 +586,8 @@ export function createLockClient<Tx, Session>(
             const settings: SettingValue[] =
               p.timeoutMs === undefined ? [] : [['lock_timeout', p.timeoutMs]];
             holderPid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
-            if (driverPid !== undefined && holderPid !== driverPid) {
-              throw detected(holderPid, driverPid);
+            if (expectedPid !== undefined && holderPid !== expectedPid) {
+              throw detected(holderPid, expectedPid);
             }
             await waitForLock(ctx.query, key, p, holderPid, 'session', cancels);
             await ctx.query(COMMIT);
@@ -608,12 +610,12 @@ export function createLockClient<Tx, Session>(
           }
         } else {
           const statement =
-            driverPid === undefined
+            expectedPid === undefined
               ? lockStatement(key, 'session', p.mode, false)
-              : guardedSessionLockStatement(key, p.mode, false, driverPid);
+              : guardedSessionLockStatement(key, p.mode, false, expectedPid);
           const row = first(await ctx.query(statement.text, statement.params));
           holderPid = row.pid as number;
-          if (row.acquired === null) throw detected(holderPid, driverPid);
+          if (row.acquired === null) throw detected(holderPid, expectedPid);
           if (row.acquired !== true) {
             tracker.skipped();
             return SKIPPED;

@@ -4,17 +4,20 @@
  *
  * @packageDocumentation
  */
-import { assertLockExecutor, type LockExecutor } from './executor.js';
+import { assertLockExecutor, type LockExecutor, type QueryFn } from './executor.js';
 import { LockKey } from './keys.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { lockStatement } from './sql/locks.js';
 import {
   APPLIED_VERSION,
   BOOTSTRAP,
+  CREATE_SCHEMA,
   inSchema,
   LATEST_VERSION,
   MIGRATIONS,
+  MIGRATIONS_TABLE_PRESENT,
   RECORD_MIGRATION,
+  SCHEMA_PRESENT,
 } from './sql/migrations.js';
 
 /** The schema lockkit's tables live in unless told otherwise. */
@@ -37,6 +40,12 @@ export interface MigrationResult {
  * every instance at start-up; exactly one applies each migration, the others wait and find it
  * done. The schema name is validated and quoted.
  *
+ * When the schema is already current it reads the version and returns: no lock, no DDL. So the
+ * application may run as a role with only `USAGE` on the schema and `SELECT, INSERT, UPDATE,
+ * DELETE` on its tables, while a migrator role (owner of the schema) applies upgrades at deploy
+ * time. A role without `CREATE` rights that finds the schema behind fails with Postgres's
+ * `42501` (permission denied).
+ *
  * @example
  * ```ts
  * await migrate(pgExecutor(pool));                     // schema "lockkit"
@@ -56,11 +65,27 @@ export async function migrate(
     'exclusive',
     true,
   );
+  const appliedVersion = async (query: QueryFn): Promise<number> => {
+    const [table] = await query(MIGRATIONS_TABLE_PRESENT, [schemaName]);
+    if (table?.present !== true) return 0;
+    const [row] = await query(inSchema(APPLIED_VERSION, schema));
+    return Number(row?.version ?? 0);
+  };
+  // Read-only first, in a transaction of its own: a current schema needs no lock and no DDL, so
+  // an application role with only SELECT/INSERT/UPDATE/DELETE on lockkit's tables starts up.
+  const current = await executor.transaction(({ query }) => appliedVersion(query));
+  if (current >= LATEST_VERSION) {
+    return { schema: schemaName, from: current, to: current, applied: [] };
+  }
+  // The migration in a transaction of its own, under the lock; existence is read by catalog scans
+  // (see sql/migrations.ts: a cached "missing" would outlive another instance's CREATE SCHEMA).
   return executor.transaction(async ({ query }) => {
     await query(guard.text, guard.params);
+    const [found] = await query(SCHEMA_PRESENT, [schemaName]);
+    if (found?.present !== true) await query(inSchema(CREATE_SCHEMA, schema));
     for (const statement of BOOTSTRAP) await query(inSchema(statement, schema));
-    const [row] = await query(inSchema(APPLIED_VERSION, schema));
-    const from = Number(row?.version ?? 0);
+    // Another instance may have migrated while this one waited for the lock.
+    const from = await appliedVersion(query);
     const applied: number[] = [];
     for (const migration of MIGRATIONS) {
       if (migration.version <= from) continue;

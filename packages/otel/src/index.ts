@@ -55,8 +55,10 @@ interface Instruments {
   readonly leases: Counter;
   readonly runs: Counter;
   readonly runDuration: Histogram;
+  readonly errors: Counter;
 }
 
+/** Span attributes of a lock: everything that tells which lock it was. */
 function keyAttributes(event: Extract<LockkitEvent, { key: unknown }>): Attributes {
   const names = event.key.names;
   return {
@@ -67,14 +69,33 @@ function keyAttributes(event: Extract<LockkitEvent, { key: unknown }>): Attribut
   };
 }
 
+/** Metric attributes of a lock: bounded values only, so a series never exists per key. */
+function lockMetricAttributes(event: Extract<LockkitEvent, { key: unknown }>): Attributes {
+  return { 'lockkit.scope': event.scope, 'lockkit.mode': event.mode };
+}
+
+/** `lease-claimed` → `claimed`, as `@lockkit/prometheus` and the README name them. */
+function leaseEventName(type: `lease-${string}`): string {
+  return type.slice('lease-'.length);
+}
+
 /**
- * Spans and metrics for lockkit:
- * - span `lockkit.lock` per lock operation (attempt → acquired → released, or skipped / timed out /
- *   failed), with `lockkit.outcome`; span `lockkit.lease` per held lease; span `lockkit.job` per
- *   scheduled run;
- * - counter `lockkit.lock.operations{lockkit.outcome}`, histograms `lockkit.lock.wait` and
- *   `lockkit.lock.hold` (ms), counter `lockkit.lease.events{lockkit.event}`, counter
- *   `lockkit.scheduler.runs{lockkit.job, lockkit.outcome}`, histogram `lockkit.scheduler.run.duration` (ms).
+ * Spans and metrics for lockkit.
+ *
+ * Spans carry what identifies an operation: `lockkit.lock` per lock operation (attempt →
+ * `acquired` event → end, with `lockkit.key`, `lockkit.namespace`, `lockkit.job_key`,
+ * `lockkit.outcome`), `lockkit.lease` per held lease (with `lockkit.token`), `lockkit.job` per
+ * scheduled run.
+ *
+ * Metrics carry bounded attributes only — outcome, scope, mode, lease event and scheduled job name
+ * — never a key, a job key or a token (each would make a series per lock or per lease):
+ * - counter `lockkit.lock.operations{lockkit.outcome, lockkit.scope, lockkit.mode}`;
+ * - histograms `lockkit.lock.wait`, `lockkit.lock.hold` (ms) `{lockkit.scope, lockkit.mode}`;
+ * - counter `lockkit.lease.events{lockkit.event}`: `claimed`, `renewed`, `lost`, `finished`;
+ * - counter `lockkit.scheduler.runs{lockkit.job, lockkit.outcome}`, histogram
+ *   `lockkit.scheduler.run.duration{lockkit.job}` (ms);
+ * - counter `lockkit.scheduler.errors{lockkit.job}`: ticks the scheduler could not decide because
+ *   the database failed.
  */
 export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): LockkitTelemetry {
   const tracer = options.tracer ?? trace.getTracer('@lockkit/otel');
@@ -101,6 +122,9 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
       unit: 'ms',
       description: 'Duration of scheduled runs',
     }),
+    errors: meter.createCounter('lockkit.scheduler.errors', {
+      description: 'Scheduled ticks that could not be decided because the database failed',
+    }),
   };
   const lockSpans = new Map<number, Span>();
   const leaseSpans = new Map<string, Span>();
@@ -126,16 +150,16 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
         );
         return;
       case 'lock-acquired':
-        m.wait.record(event.waitedMs, keyAttributes(event));
+        m.wait.record(event.waitedMs, lockMetricAttributes(event));
         lockSpans.get(event.id)?.addEvent('acquired', { 'lockkit.waited_ms': event.waitedMs });
         return;
       case 'lock-skipped':
-        m.operations.add(1, { ...keyAttributes(event), 'lockkit.outcome': 'skipped' });
-        m.wait.record(event.waitedMs, keyAttributes(event));
+        m.operations.add(1, { ...lockMetricAttributes(event), 'lockkit.outcome': 'skipped' });
+        m.wait.record(event.waitedMs, lockMetricAttributes(event));
         endLock(event.id, 'skipped', {});
         return;
       case 'lock-timed-out':
-        m.operations.add(1, { ...keyAttributes(event), 'lockkit.outcome': 'timed-out' });
+        m.operations.add(1, { ...lockMetricAttributes(event), 'lockkit.outcome': 'timed-out' });
         endLock(
           event.id,
           'timed-out',
@@ -144,12 +168,12 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
         );
         return;
       case 'lock-failed':
-        m.operations.add(1, { ...keyAttributes(event), 'lockkit.outcome': 'failed' });
+        m.operations.add(1, { ...lockMetricAttributes(event), 'lockkit.outcome': 'failed' });
         endLock(event.id, 'failed', {}, event.error);
         return;
       case 'lock-released':
-        m.operations.add(1, { ...keyAttributes(event), 'lockkit.outcome': event.outcome });
-        m.hold.record(event.heldMs, keyAttributes(event));
+        m.operations.add(1, { ...lockMetricAttributes(event), 'lockkit.outcome': event.outcome });
+        m.hold.record(event.heldMs, lockMetricAttributes(event));
         endLock(
           event.id,
           event.outcome,
@@ -164,7 +188,7 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
           'lockkit.job_key': event.jobKey,
           'lockkit.token': String(event.token),
         };
-        m.leases.add(1, { ...attributes, 'lockkit.event': event.type });
+        m.leases.add(1, { 'lockkit.event': leaseEventName(event.type) });
         if (event.type === 'lease-claimed') {
           leaseSpans.set(
             id,
@@ -192,6 +216,10 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
     onEvent,
     observeScheduler(scheduler) {
       const listener = (event: SchedulerEvent) => {
+        if (event.type === 'error') {
+          m.errors.add(1, { 'lockkit.job': event.job });
+          return;
+        }
         const outcome = event.type;
         m.runs.add(event.type === 'missed' ? event.ticks.length : 1, {
           'lockkit.job': event.job,
@@ -215,9 +243,10 @@ export function lockkitTelemetry(options: LockkitTelemetryOptions = {}): Lockkit
           span.end(new Date(end));
         }
       };
-      for (const type of SCHEDULER_OUTCOMES) scheduler.on(type, listener as never);
+      const types = [...SCHEDULER_OUTCOMES, 'error'] as const;
+      for (const type of types) scheduler.on(type, listener as never);
       return () => {
-        for (const type of SCHEDULER_OUTCOMES) scheduler.off(type, listener as never);
+        for (const type of types) scheduler.off(type, listener as never);
       };
     },
   };

@@ -44,10 +44,19 @@ const SECONDS = [
 ];
 
 /**
- * Registers: `lockkit_lock_operations_total{outcome,scope}`, `lockkit_lock_wait_seconds`,
- * `lockkit_lock_hold_seconds{scope}`, `lockkit_lease_events_total{event}`,
- * `lockkit_scheduler_runs_total{job,outcome}`, `lockkit_scheduler_run_seconds{job}`.
- * Labels stay low-cardinality: lock keys are not labels (job names are, as you choose them).
+ * Registers:
+ * - `lockkit_lock_operations_total{outcome,scope,mode}` — outcome `committed`, `rolled-back`,
+ *   `lost`, `skipped`, `timed-out` or `failed`;
+ * - `lockkit_lock_wait_seconds{scope,mode}`, `lockkit_lock_hold_seconds{scope,mode}`;
+ * - `lockkit_lease_events_total{event}` — event `claimed`, `renewed`, `lost` or `finished`;
+ * - `lockkit_scheduler_runs_total{job,outcome}` — a scheduled tick's outcome (`ran`, `failed`,
+ *   `skipped-held`, `skipped-done`, `missed`, `lease-lost`);
+ * - `lockkit_scheduler_run_seconds{job}`;
+ * - `lockkit_scheduler_errors_total{job}` — a tick that could not be decided because the
+ *   database failed (unreachable, restarting, …): alert on it.
+ *
+ * Labels stay bounded: lock keys, lease job keys and tokens are never labels (scheduled job names
+ * are, as there are few of them).
  */
 export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPrometheus {
   const prefix = options.prefix ?? 'lockkit_';
@@ -55,20 +64,20 @@ export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPro
   const operations = new Counter({
     name: `${prefix}lock_operations_total`,
     help: 'Lock operations by outcome',
-    labelNames: ['outcome', 'scope'],
+    labelNames: ['outcome', 'scope', 'mode'],
     registers,
   });
   const wait = new Histogram({
     name: `${prefix}lock_wait_seconds`,
     help: 'Time from a lock attempt to its decision',
-    labelNames: ['scope'],
+    labelNames: ['scope', 'mode'],
     buckets: SECONDS,
     registers,
   });
   const hold = new Histogram({
     name: `${prefix}lock_hold_seconds`,
     help: 'Time a lock was held',
-    labelNames: ['scope'],
+    labelNames: ['scope', 'mode'],
     buckets: SECONDS,
     registers,
   });
@@ -91,30 +100,36 @@ export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPro
     buckets: SECONDS,
     registers,
   });
+  const errors = new Counter({
+    name: `${prefix}scheduler_errors_total`,
+    help: 'Scheduled ticks that could not be decided because the database failed',
+    labelNames: ['job'],
+    registers,
+  });
 
   const onEvent: LockkitEventListener = (event: LockkitEvent) => {
     switch (event.type) {
       case 'lock-attempt':
         return;
       case 'lock-acquired':
-        wait.observe({ scope: event.scope }, event.waitedMs / 1000);
+        wait.observe({ scope: event.scope, mode: event.mode }, event.waitedMs / 1000);
         return;
       case 'lock-skipped':
-        wait.observe({ scope: event.scope }, event.waitedMs / 1000);
-        operations.inc({ outcome: 'skipped', scope: event.scope });
+        wait.observe({ scope: event.scope, mode: event.mode }, event.waitedMs / 1000);
+        operations.inc({ outcome: 'skipped', scope: event.scope, mode: event.mode });
         return;
       case 'lock-timed-out':
-        operations.inc({ outcome: 'timed-out', scope: event.scope });
+        operations.inc({ outcome: 'timed-out', scope: event.scope, mode: event.mode });
         return;
       case 'lock-failed':
-        operations.inc({ outcome: 'failed', scope: event.scope });
+        operations.inc({ outcome: 'failed', scope: event.scope, mode: event.mode });
         return;
       case 'lock-released':
-        operations.inc({ outcome: event.outcome, scope: event.scope });
-        hold.observe({ scope: event.scope }, event.heldMs / 1000);
+        operations.inc({ outcome: event.outcome, scope: event.scope, mode: event.mode });
+        hold.observe({ scope: event.scope, mode: event.mode }, event.heldMs / 1000);
         return;
       default:
-        leases.inc({ event: event.type.replace('lease-', '') });
+        leases.inc({ event: leaseEventName(event.type) });
     }
   };
 
@@ -122,16 +137,26 @@ export function lockkitPrometheus(options: LockkitPrometheusOptions): LockkitPro
     onEvent,
     observeScheduler(scheduler) {
       const listener = (event: SchedulerEvent) => {
+        if (event.type === 'error') {
+          errors.inc({ job: event.job });
+          return;
+        }
         runs.inc(
           { job: event.job, outcome: event.type },
           event.type === 'missed' ? event.ticks.length : 1,
         );
         if (event.type === 'ran') runSeconds.observe({ job: event.job }, event.durationMs / 1000);
       };
-      for (const type of SCHEDULER_OUTCOMES) scheduler.on(type, listener as never);
+      const types = [...SCHEDULER_OUTCOMES, 'error'] as const;
+      for (const type of types) scheduler.on(type, listener as never);
       return () => {
-        for (const type of SCHEDULER_OUTCOMES) scheduler.off(type, listener as never);
+        for (const type of types) scheduler.off(type, listener as never);
       };
     },
   };
+}
+
+/** `lease-claimed` → `claimed`: the value of the `event` label, as the README lists them. */
+function leaseEventName(type: `lease-${string}`): string {
+  return type.slice('lease-'.length);
 }

@@ -38,8 +38,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   project.provide('lockkitPgBouncerUrl', bouncer?.url ?? '');
   project.provide('lockkitPgBouncerSingleUrl', bouncer?.singleConnectionUrl ?? '');
+  project.provide('lockkitPgBouncerSessionUrl', bouncer?.sessionModeUrl ?? '');
   project.provide('lockkitPgBouncerMissing', missing);
-  if (bouncer) console.log(`[lockkit test-db] PgBouncer (transaction mode) at ${bouncer.url}`);
+  if (bouncer)
+    console.log(
+      `[lockkit test-db] PgBouncer at ${bouncer.url} (transaction mode; session mode at ${bouncer.sessionModeUrl})`,
+    );
   return async () => {
     await bouncer?.stop();
     await database.stop();

@@ -10,3 +10,4 @@ export {
   testPgBouncer,
 } from './leaks.js';
 export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
+export { createDmlOnlyRole, type TestRole } from './roles.js';

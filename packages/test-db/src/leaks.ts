@@ -80,9 +80,16 @@ export async function closeLeakChecker(): Promise<void> {
   await client?.end();
 }
 
-/** PgBouncer URLs for this run (transaction pooling), or the reason there is none. */
+/**
+ * PgBouncer URLs for this run, or the reason there is none: `url` and `singleConnectionUrl` pool
+ * by transaction, `sessionModeUrl` by session.
+ */
 export function testPgBouncer():
-  | { readonly url: string; readonly singleConnectionUrl: string }
+  | {
+      readonly url: string;
+      readonly singleConnectionUrl: string;
+      readonly sessionModeUrl: string;
+    }
   | { readonly missing: string } {
   const url = inject('lockkitPgBouncerUrl');
   if (!url) return { missing: inject('lockkitPgBouncerMissing') || 'PgBouncer was not requested' };
@@ -91,5 +98,9 @@ export function testPgBouncer():
     tagged.searchParams.set('application_name', workerTag);
     return tagged.toString();
   };
-  return { url: tag(url), singleConnectionUrl: tag(inject('lockkitPgBouncerSingleUrl')) };
+  return {
+    url: tag(url),
+    singleConnectionUrl: tag(inject('lockkitPgBouncerSingleUrl')),
+    sessionModeUrl: tag(inject('lockkitPgBouncerSessionUrl')),
+  };
 }

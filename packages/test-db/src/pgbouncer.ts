@@ -1,11 +1,14 @@
 /**
- * A real PgBouncer in transaction mode in front of the test database, when the `pgbouncer`
- * binary is installed (CI installs Debian's package; a laptop may not have it).
+ * A real PgBouncer in front of the test database, when the `pgbouncer` binary is installed (CI
+ * installs Debian's package; a laptop may not have it).
  *
- * It listens on a free loopback port with its own config, trusts every client, and offers two
- * databases: the test database itself (pool of 40 server connections), and
- * `lockkit_single` — the same database through a pool of ONE server connection, so that two
- * clients are guaranteed to share it (the hazard tests need that).
+ * It listens on a free loopback port with its own config, trusts every client, and offers three
+ * databases: the test database itself in transaction mode (pool of 40 server connections),
+ * `lockkit_single` — the same database in transaction mode through a pool of ONE server
+ * connection, so that two clients are guaranteed to share it (the hazard tests need that) — and
+ * `lockkit_session`, the same database in **session** mode (each client keeps one server
+ * connection for its whole life; `DISCARD ALL` when it leaves, which also drops its session
+ * locks).
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -21,6 +24,8 @@ export interface PgBouncer {
   readonly url: string;
   /** The test database through PgBouncer with exactly one server connection. */
   readonly singleConnectionUrl: string;
+  /** The test database through PgBouncer in session pool mode (pool of 20). */
+  readonly sessionModeUrl: string;
   stop(): Promise<void>;
 }
 
@@ -63,6 +68,7 @@ export async function startPgBouncer(databaseUrl: string): Promise<PgBouncer> {
       '[databases]',
       `${database} = ${server} pool_size=40`,
       `lockkit_single = ${server} pool_size=1`,
+      `lockkit_session = ${server} pool_size=20 pool_mode=session`,
       '[pgbouncer]',
       'listen_addr = 127.0.0.1',
       `listen_port = ${port}`,
@@ -73,7 +79,9 @@ export async function startPgBouncer(databaseUrl: string): Promise<PgBouncer> {
       'max_client_conn = 1000',
       'default_pool_size = 40',
       'ignore_startup_parameters = extra_float_digits,options',
-      'server_reset_query =',
+      // Used in session mode only (transaction mode never resets): what a client leaves behind,
+      // its session advisory locks included, is gone before the next client gets the server.
+      'server_reset_query = DISCARD ALL',
       'log_connections = 0',
       'log_disconnections = 0',
       '',
@@ -124,6 +132,7 @@ export async function startPgBouncer(databaseUrl: string): Promise<PgBouncer> {
   return {
     url,
     singleConnectionUrl: `postgres://${user}@127.0.0.1:${port}/lockkit_single`,
+    sessionModeUrl: `postgres://${user}@127.0.0.1:${port}/lockkit_session`,
     stop() {
       stopped ??= (async () => {
         process.removeListener('exit', killOnExit);

@@ -11,6 +11,8 @@ declare module 'vitest' {
     lockkitPgBouncerUrl: string;
     /** The same through a PgBouncer pool of exactly one server connection; empty when unavailable. */
     lockkitPgBouncerSingleUrl: string;
+    /** The same through PgBouncer in session pool mode; empty when unavailable. */
+    lockkitPgBouncerSessionUrl: string;
     /** Why PgBouncer is not available (empty when it is). */
     lockkitPgBouncerMissing: string;
   }

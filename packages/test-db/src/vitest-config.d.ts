@@ -4,7 +4,7 @@ import type { ViteUserConfig } from 'vitest/config';
 export declare function lockkitTestConfig(
   overrides?: ViteUserConfig['test'],
   options?: {
-    /** Start a transaction-mode PgBouncer in front of the test database (see testPgBouncer()). */
+    /** Start a PgBouncer (transaction mode, and a session-mode database) in front of the test database (see testPgBouncer()). */
     readonly pgbouncer?: boolean;
   },
 ): ViteUserConfig;

@@ -11,7 +11,11 @@ import { caseIt, type Fixture } from '../suite.js';
 export function poolerCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
-  bouncer: { readonly url: string; readonly singleConnectionUrl: string },
+  bouncer: {
+    readonly url: string;
+    readonly singleConnectionUrl: string;
+    readonly sessionModeUrl?: string;
+  },
 ): void {
   caseIt(
     adapter,
@@ -54,6 +58,7 @@ export function poolerCases<Tx, Session>(
     for (const id of [
       'pooler.session-refused-when-declared',
       'pooler.session-refused-when-detected',
+      'pooler.session-mode-allowed',
     ]) {
       it.skip(`${id}: skipped — the ${adapter.name} executor has no session capability to refuse`, () => {});
     }
@@ -105,6 +110,35 @@ export function poolerCases<Tx, Session>(
       await expect(locks.withSessionLock(randomKey(), async () => 1)).rejects.toBeInstanceOf(
         UnsafeBehindPoolerError,
       );
+    },
+  );
+
+  const sessionModeUrl = bouncer.sessionModeUrl;
+  if (!sessionModeUrl) {
+    it.skip('pooler.session-mode-allowed: skipped — no session-mode PgBouncer was given', () => {});
+    return;
+  }
+  caseIt(
+    adapter,
+    'pooler.session-mode-allowed',
+    'through PgBouncer in session mode, session locks work: taken on the client’s own backend, excluding others, released after',
+    async () => {
+      const f = fixture();
+      const tagged = new URL(sessionModeUrl);
+      tagged.searchParams.set('application_name', f.applicationName);
+      const locks = createLockClient(f.newInstance(3, tagged.toString(), false).executor);
+      const key = randomKey();
+      for (let i = 0; i < 2; i++) {
+        const r = await locks.withSessionLock(key, async (_session, ctx) => {
+          const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+          expect((await f.observer.locksOn(key)).map((l) => l.pid)).toEqual([Number(row?.pid)]);
+          // Another client of the same pool is excluded, not let in by a shared server connection.
+          expect((await locks.withSessionLock(key, async () => 'second')).executed).toBe(false);
+          return 'ran';
+        });
+        expect(r).toMatchObject({ executed: true, result: 'ran' });
+        expect(await f.observer.locksOn(key)).toEqual([]);
+      }
     },
   );
 }

@@ -61,9 +61,37 @@ export const MIGRATIONS: readonly Migration[] = [
 /** The latest schema version. */
 export const LATEST_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;
 
-/** Statements that run before reading the applied version (idempotent). */
+/*
+ * Why existence is read by scanning the catalogs rather than with to_regclass() or IF NOT EXISTS:
+ * a name looked up through the catalog caches and not found stays cached as missing in that
+ * backend until it processes invalidations — which waiting on an advisory lock does not do. An
+ * instance that looked first, then waited while another created the schema, would then run
+ * CREATE SCHEMA IF NOT EXISTS against its stale "missing" and fail with a duplicate key (23505).
+ * A catalog scan reads with the statement's own snapshot and caches nothing.
+ */
+
+/** Whether the schema exists: one row, `present`. $1 is the schema's unquoted name. */
+export const SCHEMA_PRESENT =
+  'SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1::text) AS present';
+
+/** Creates the schema; run only under the migration lock, after {@link SCHEMA_PRESENT} said no. */
+export const CREATE_SCHEMA = 'CREATE SCHEMA $schema';
+
+/**
+ * Whether the migrations table exists, without any DDL: one row, `present`. $1 is the schema's
+ * unquoted name. Read first, so that an application role without CREATE rights finds a current
+ * schema without touching it.
+ */
+export const MIGRATIONS_TABLE_PRESENT = `
+  SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = $1::text AND c.relname = 'migrations') AS present`;
+
+/**
+ * Statements that run under the migration lock, once the schema exists, before reading the applied
+ * version (idempotent; CREATE TABLE locks the schema first, which refreshes the caches).
+ */
 export const BOOTSTRAP = [
-  'CREATE SCHEMA IF NOT EXISTS $schema',
   `CREATE TABLE IF NOT EXISTS $schema.migrations (
      version     integer     PRIMARY KEY,
      description text        NOT NULL,
