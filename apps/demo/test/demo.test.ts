@@ -55,6 +55,22 @@ describe('pnpm demo', () => {
     },
   );
 
+  it('piped to a file, prints plain progress lines (no clear-screen frames) and the verdict', async () => {
+    const r = await demo(['--url', testDatabaseBaseUrl(), '--workers', '2', '--seconds', '8']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).not.toContain('\x1b[');
+    const lines = r.stdout.trim().split('\n');
+    const progress = lines.filter((l) => /^\s*\d+\/8 s\b/.test(l));
+    // One line every 2 s, a kill line among them; not a frame every half second.
+    expect(progress.length).toBeGreaterThanOrEqual(3);
+    expect(progress.length).toBeLessThanOrEqual(6);
+    expect(progress.filter((l) => l.includes('w1 killed'))).toHaveLength(1);
+    for (const l of progress.filter((x) => !x.includes('killed')))
+      expect(l).toMatch(/ran \d+, skipped \d+; ticks run: generate-invoices \d+, sweep-queue \d+/);
+    expect(lines.at(-1)).toBe('  ✔ every tick ran exactly once');
+  });
+
   it('refuses bad options with one clear line and a non-zero exit', async () => {
     const r = await demo(['--adapter', 'mongodb']);
     expect(r.code).toBe(1);
@@ -81,7 +97,7 @@ describe('pnpm demo without a database', () => {
     });
     // Wait until the workers run, then press Ctrl-C.
     const started = Date.now();
-    while (!/ran\s+skipped/.test(out) && Date.now() - started < 30_000)
+    while (!/\d+\/60 s +ran \d+/.test(out) && Date.now() - started < 30_000)
       await new Promise((r) => setTimeout(r, 100));
     expect(out).toContain('starting an embedded PostgreSQL');
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
