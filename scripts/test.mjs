@@ -28,8 +28,7 @@ try {
   ]);
   const totals = readTestReports(folder);
   const red = totals.reports.filter((r) => r.failed > 0).map((r) => r.name);
-  const line =
-    totals.reports.length === 0 ? 'no test results found' : formatCounts(totals);
+  const line = totals.reports.length === 0 ? 'no test results found' : formatCounts(totals);
   const note =
     red.length > 0
       ? ` (failures in ${red.join(', ')})`

@@ -82,7 +82,9 @@ export async function buildWithProgress(packages, what) {
     child.once('exit', (c, signal) => done(exitCode(c, signal)));
   });
   if (code !== 0) {
-    process.stderr.write(`${output}\nthe build failed (turbo exited with ${code}); its output is above\n`);
+    process.stderr.write(
+      `${output}\nthe build failed (turbo exited with ${code}); its output is above\n`,
+    );
     process.exit(code);
   }
   if (building > 0) {
