@@ -25,6 +25,7 @@ export function publishedPackages() {
         name: manifest.name,
         dir: join(root, 'packages', dir),
         private: manifest.private === true,
+        command: manifest.bin !== undefined,
         lockkitDeps: Object.keys(manifest.dependencies ?? {}).filter((d) =>
           d.startsWith('@lockkit/'),
         ),
@@ -76,6 +77,8 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   );
   for (const pkg of packages) {
     const files = withLockkitDeps(pkg.name, packages).map((n) => tarballs.get(n));
-    console.log(`${pkg.name}:\n  npm i ${[...files, ...pkg.peers].join(' ')}`);
+    // A package with a command (the CLI) is installed globally, to put it on PATH.
+    const npmI = pkg.command ? 'npm i -g' : 'npm i';
+    console.log(`${pkg.name}:\n  ${npmI} ${[...files, ...pkg.peers].join(' ')}`);
   }
 }
