@@ -2,18 +2,22 @@
 // vitest-config.js) into one "N passed, N failed, N skipped" line. `pnpm test` ends with it
 // (scripts/test.mjs) and so does .ci/run, over all its passes: one piece of code for both.
 // Plain JavaScript, so that `node` runs it without a build. Types: test-report.d.ts.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** Every `*.json` file under `folder`, in nested folders too, sorted by path. */
+/**
+ * Every `*.json` file under `folder`, in nested folders too, sorted by path. Symbolic links are
+ * not followed: a report is a file vitest wrote there.
+ */
 function reportFiles(folder) {
   if (!existsSync(folder)) return [];
   const found = [];
-  for (const entry of readdirSync(folder).sort()) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...reportFiles(path));
-    else if (entry.endsWith('.json')) found.push(path);
+  const entries = readdirSync(folder, { withFileTypes: true });
+  for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
+    const path = join(folder, entry.name);
+    if (entry.isDirectory()) found.push(...reportFiles(path));
+    else if (entry.isFile() && entry.name.endsWith('.json')) found.push(path);
   }
   return found;
 }

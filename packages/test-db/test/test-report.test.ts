@@ -3,7 +3,7 @@
  * the JSON reports vitest writes under LOCKKIT_TEST_REPORT.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -89,6 +89,14 @@ describe('readTestReports', () => {
       folderWith({ 'otel.json': report([['passed']], { success: false }) }),
     );
     expect(formatCounts(r)).toBe('1 passed, 1 failed, 0 skipped');
+  });
+
+  it('follows no symbolic link (CI keeps a folder of links to /usr/bin beside the reports)', () => {
+    const root = folderWith({ 'env/core.json': report([['passed']]) });
+    symlinkSync(root, join(root, 'loop'));
+    symlinkSync(join(root, 'env/core.json'), join(root, 'linked.json'));
+    const r = readTestReports(root);
+    expect(r.reports.map((x) => x.name)).toEqual(['env/core']);
   });
 
   it('reads an empty or missing folder as no reports', () => {
