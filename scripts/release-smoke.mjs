@@ -1,24 +1,17 @@
 #!/usr/bin/env node
 /**
  * The release dry run: pack every published package as `changeset publish` would publish it
- * (`pnpm pack` turns `workspace:` ranges into versions), install the tarballs into a new project
- * outside the workspace with npm, type-check the node-postgres example against the installed
+ * (with scripts/tarballs.mjs, as `pnpm tarballs` does for users), install the tarballs into a new
+ * project outside the workspace with npm, type-check the node-postgres example against the installed
  * types, and run the node-postgres example (ESM) and the postgres.js example (CommonJS) there.
  *
  *   DATABASE_URL=postgres://… node scripts/release-smoke.mjs   (after `pnpm build`)
  */
 import { execFileSync } from 'node:child_process';
-import {
-  copyFileSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
+import { packPublished } from './tarballs.mjs';
 
 const root = resolve(import.meta.dirname, '..');
 if (!process.env.DATABASE_URL) {
@@ -37,15 +30,9 @@ const run = (cmd, args, cwd) => {
 
 const work = mkdtempSync(join(tmpdir(), 'lockkit-release-smoke-'));
 try {
-  const tarballs = join(work, 'tarballs');
-  mkdirSync(tarballs);
-  const published = readdirSync(join(root, 'packages'))
-    .map((dir) => join(root, 'packages', dir))
-    .filter((dir) => !JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).private);
-  for (const dir of published) {
-    execFileSync('pnpm', ['pack', '--pack-destination', tarballs], { cwd: dir, stdio: 'ignore' });
-  }
-  console.log(`packed: ${readdirSync(tarballs).join(', ')}`);
+  // The same tarballs `pnpm tarballs` gives a user before the first release.
+  const tgz = [...packPublished(join(work, 'tarballs')).values()];
+  console.log(`packed: ${tgz.map((f) => basename(f)).join(', ')}`);
 
   const project = join(work, 'project');
   mkdirSync(join(project, 'src'), { recursive: true });
@@ -58,7 +45,6 @@ try {
     join(project, 'package.json'),
     `${JSON.stringify({ name: 'lockkit-release-smoke', private: true, type: 'module' }, null, 2)}\n`,
   );
-  const tgz = readdirSync(tarballs).map((f) => join(tarballs, f));
   run(
     'npm',
     [

@@ -245,6 +245,17 @@ async function run(
     o.kill === 'none' ? undefined : o.kill === 'auto' ? skews.indexOf(Math.max(...skews)) : o.kill;
   let killedAt: number | undefined;
   const deadline = started + o.seconds * 1000;
+  // A terminal gets a live view redrawn in place; a pipe or a file gets a plain line every 2 s.
+  const live = process.stdout.isTTY === true;
+  const elapsed = () => Math.round((Date.now() - started) / 1000);
+  const at = () => `${String(elapsed()).padStart(4)}/${o.seconds} s`;
+  let nextLine = 2;
+  if (!live) {
+    log(headline(o, victim, undefined));
+    log(
+      `  clocks: ${workers.map((w) => `${w.name} ${w.skewMs >= 0 ? '+' : ''}${w.skewMs} ms`).join(', ')}`,
+    );
+  }
   while (Date.now() < deadline) {
     if (
       victim !== undefined &&
@@ -253,9 +264,13 @@ async function run(
     ) {
       workers[victim]?.process.kill('SIGKILL');
       killedAt = Date.now();
+      if (!live) log(`${at()}  w${victim} killed`);
     }
-    if (!o.json)
-      render(workers, ticksPerJob, Math.round((Date.now() - started) / 1000), o, victim, killedAt);
+    if (!o.json && live) render(workers, ticksPerJob, elapsed(), o, victim, killedAt);
+    if (!live && elapsed() >= nextLine) {
+      log(`${at()}  ${progress(workers, ticksPerJob)}`);
+      nextLine = elapsed() + 2;
+    }
     await sleep(500);
   }
   const windowEnd = Math.floor(Date.now() / 1000) * 1000 - 3000;
@@ -345,6 +360,30 @@ async function judge(admin: pg.Client, schema: string, from: number, to: number)
   };
 }
 
+/** The first line of the live view, and of the plain output. */
+function headline(
+  o: Options,
+  victim: number | undefined,
+  killedAt: number | undefined,
+  elapsed?: number,
+): string {
+  const time = elapsed === undefined ? `${o.seconds} s` : `${elapsed}/${o.seconds} s`;
+  const base = `lockkit demo — ${o.workers} workers on @lockkit/${o.adapter}, clocks ±${o.skewMs} ms, ${time}`;
+  if (victim === undefined) return base;
+  return killedAt
+    ? `${base}   ✝ w${victim} was killed`
+    : `${base}   (w${victim} will be killed midway)`;
+}
+
+/** One plain progress line: runs and skips over all workers, ticks run per job. */
+function progress(workers: readonly WorkerState[], ticks: Map<string, Set<number>>): string {
+  const ran = workers.reduce((n, w) => n + w.ran, 0);
+  const skipped = workers.reduce((n, w) => n + w.skipped, 0);
+  const perJob = JOBS.map((j) => `${j.name} ${ticks.get(j.name)?.size ?? 0}`).join(', ');
+  return `ran ${ran}, skipped ${skipped}; ticks run: ${perJob}`;
+}
+
+/** The live view on a terminal: the screen is cleared and redrawn every half second. */
 function render(
   workers: readonly WorkerState[],
   ticks: Map<string, Set<number>>,
@@ -354,12 +393,7 @@ function render(
   killedAt: number | undefined,
 ): void {
   const lines = [
-    `lockkit demo — ${o.workers} workers on @lockkit/${o.adapter}, clocks ±${o.skewMs} ms, ${elapsed}/${o.seconds} s` +
-      (victim === undefined
-        ? ''
-        : killedAt
-          ? `   ✝ w${victim} was killed`
-          : `   (w${victim} will be killed midway)`),
+    headline(o, victim, killedAt, elapsed),
     '',
     'worker  clock      ran  skipped  lease held',
     ...workers.map(

@@ -55,6 +55,22 @@ describe('pnpm demo', () => {
     },
   );
 
+  it('piped to a file, prints plain progress lines (no clear-screen frames) and the verdict', async () => {
+    const r = await demo(['--url', testDatabaseBaseUrl(), '--workers', '2', '--seconds', '8']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).not.toContain('\x1b[');
+    const lines = r.stdout.trim().split('\n');
+    const progress = lines.filter((l) => /^\s*\d+\/8 s\b/.test(l));
+    // One line every 2 s, a kill line among them; not a frame every half second.
+    expect(progress.length).toBeGreaterThanOrEqual(3);
+    expect(progress.length).toBeLessThanOrEqual(6);
+    expect(progress.filter((l) => l.includes('w1 killed'))).toHaveLength(1);
+    for (const l of progress.filter((x) => !x.includes('killed')))
+      expect(l).toMatch(/ran \d+, skipped \d+; ticks run: generate-invoices \d+, sweep-queue \d+/);
+    expect(lines.at(-1)).toBe('  ✔ every tick ran exactly once');
+  });
+
   it('refuses bad options with one clear line and a non-zero exit', async () => {
     const r = await demo(['--adapter', 'mongodb']);
     expect(r.code).toBe(1);
@@ -66,35 +82,45 @@ describe('pnpm demo', () => {
 
 describe('pnpm demo without a database', () => {
   it('starts its own embedded PostgreSQL, and Ctrl-C leaves no process or data directory behind', async () => {
-    const { readdirSync } = await import('node:fs');
+    const { chmodSync, mkdtempSync, readdirSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
-    const before = new Set(readdirSync(tmpdir()).filter((d) => d.startsWith('lockkit-pg')));
-    const env = { ...process.env };
-    delete env.DATABASE_URL;
-    const child = spawn(process.execPath, [main, '--workers', '2', '--seconds', '60'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env,
-    });
-    let out = '';
-    child.stdout.on('data', (c: Buffer) => {
-      out += c.toString();
-    });
-    // Wait until the workers run, then press Ctrl-C.
-    const started = Date.now();
-    while (!/ran\s+skipped/.test(out) && Date.now() - started < 30_000)
-      await new Promise((r) => setTimeout(r, 100));
-    expect(out).toContain('starting an embedded PostgreSQL');
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    child.kill('SIGINT');
-    expect(await exited).toBe(130);
-    const after = readdirSync(tmpdir()).filter((d) => d.startsWith('lockkit-pg') && !before.has(d));
-    expect(after).toEqual([]);
-    const { execFileSync } = await import('node:child_process');
-    const schema = /tables ready in schema (\S+)/.exec(out)?.[1] as string;
-    expect(schema).toMatch(/^lockkit_demo_/);
-    const stray = execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
-      .split('\n')
-      .filter((line) => line.includes(schema));
-    expect(stray).toEqual([]);
+    const { join } = await import('node:path');
+    // The demo gets a temporary folder of its own (TMPDIR): in the shared one, other test runs on
+    // this machine make and remove lockkit-pg… folders at any moment. 0755, because the server
+    // runs as the postgres user when the tests run as root, and must reach its data inside.
+    const tmp = mkdtempSync(join(tmpdir(), 'lockkit-demo-test-'));
+    chmodSync(tmp, 0o755);
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: tmp };
+      delete env.DATABASE_URL;
+      const child = spawn(process.execPath, [main, '--workers', '2', '--seconds', '60'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env,
+      });
+      let out = '';
+      child.stdout.on('data', (c: Buffer) => {
+        out += c.toString();
+      });
+      // Wait until the workers run, then press Ctrl-C.
+      const started = Date.now();
+      while (!/\d+\/60 s +ran \d+/.test(out) && Date.now() - started < 30_000)
+        await new Promise((r) => setTimeout(r, 100));
+      expect(out).toContain('starting an embedded PostgreSQL');
+      // The server's data directory is in the demo's own folder, so its absence below means something.
+      expect(readdirSync(tmp).some((d) => d.startsWith('lockkit-pg-'))).toBe(true);
+      const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+      child.kill('SIGINT');
+      expect(await exited).toBe(130);
+      expect(readdirSync(tmp)).toEqual([]);
+      const { execFileSync } = await import('node:child_process');
+      const schema = /tables ready in schema (\S+)/.exec(out)?.[1] as string;
+      expect(schema).toMatch(/^lockkit_demo_/);
+      const stray = execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+        .split('\n')
+        .filter((line) => line.includes(schema) || line.includes(tmp));
+      expect(stray).toEqual([]);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   }, 90_000);
 });

@@ -38,24 +38,50 @@ const fail = (text: string, code: number) => {
   return code;
 };
 
+const OPTIONS = {
+  url: { type: 'string' },
+  schema: { type: 'string' },
+  name: { type: 'string', multiple: true },
+  json: { type: 'boolean' },
+  interval: { type: 'string' },
+  port: { type: 'string' },
+  host: { type: 'string' },
+  token: { type: 'string' },
+  iterations: { type: 'string' },
+  verbose: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
 function parse(argv: readonly string[]) {
-  return parseArgs({
+  return parseArgs({ args: [...argv], allowPositionals: true, options: OPTIONS });
+}
+
+/**
+ * What `parse` refused, in one line naming the option. Read from parseArgs' tokens, not from its
+ * message: that text changes between Node versions and (Node 20–24) ends on an unbalanced quote.
+ */
+function usageError(argv: readonly string[]): string {
+  const { tokens } = parseArgs({
     args: [...argv],
     allowPositionals: true,
-    options: {
-      url: { type: 'string' },
-      schema: { type: 'string' },
-      name: { type: 'string', multiple: true },
-      json: { type: 'boolean' },
-      interval: { type: 'string' },
-      port: { type: 'string' },
-      host: { type: 'string' },
-      token: { type: 'string' },
-      iterations: { type: 'string' },
-      verbose: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: OPTIONS,
+    strict: false,
+    tokens: true,
   });
+  for (const token of tokens) {
+    if (token.kind !== 'option') continue;
+    const spec: { type: 'string' | 'boolean' } | undefined =
+      OPTIONS[token.name as keyof typeof OPTIONS];
+    if (!spec) return `unknown option ${token.rawName}`;
+    if (spec.type === 'string' && token.value === undefined)
+      return `${token.rawName} needs a value`;
+    // parseArgs refuses `--port -1`: the value might be a forgotten option.
+    if (spec.type === 'string' && !token.inlineValue && token.value?.startsWith('-'))
+      return `${token.rawName} needs a value; one that starts with "-" is written ${token.rawName}=…`;
+    if (spec.type === 'boolean' && token.value !== undefined)
+      return `${token.rawName} takes no value`;
+  }
+  return 'could not read the arguments';
 }
 
 /** One clear line for what can go wrong when connecting or querying. */
@@ -83,8 +109,8 @@ async function main(argv: readonly string[]): Promise<number> {
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(argv);
-  } catch (error) {
-    return fail(`${(error as Error).message}\n\n${USAGE}`, 2);
+  } catch {
+    return fail(`${usageError(argv)} (try lockkit --help)`, 2);
   }
   const { values, positionals } = parsed;
   if (values.help) {

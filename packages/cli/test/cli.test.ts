@@ -53,6 +53,22 @@ describe('lockkit migrate', () => {
     expect(help.stdout).toContain('migrate               create or upgrade');
   });
 
+  it('names an unknown option in one line, with balanced quotes, and exit code 2', () => {
+    const r = run(['locks', '--frobnicate']);
+    expect(r.status).toBe(2);
+    const first = r.stderr.split('\n')[0] as string;
+    expect(first).toBe('lockkit: unknown option --frobnicate (try lockkit --help)');
+    for (const quote of [`'`, '"']) expect(r.stderr.split(quote).length % 2).toBe(1);
+    const missing = run(['locks', '--url']);
+    expect(missing.status).toBe(2);
+    expect(missing.stderr.split('\n')[0]).toBe('lockkit: --url needs a value (try lockkit --help)');
+    const dashed = run(['dashboard', '--port', '-1']);
+    expect(dashed.status).toBe(2);
+    expect(dashed.stderr.split('\n')[0]).toBe(
+      'lockkit: --port needs a value; one that starts with "-" is written --port=… (try lockkit --help)',
+    );
+  });
+
   it('reports an unreachable server with exit code 1', () => {
     const down = run(['migrate', '--url', 'postgres://postgres@127.0.0.1:1/none']);
     expect(down.status).toBe(1);
