@@ -13,9 +13,11 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { Cron } from 'croner';
+import { type Clock, systemClock } from './clock.js';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn, Row } from './executor.js';
-import { LockKey } from './keys.js';
+import { jobKey } from './job-name.js';
+import type { LockKey } from './keys.js';
 import {
   type ClaimedLease,
   claimLease,
@@ -25,6 +27,7 @@ import {
   leaseSettings,
 } from './lease.js';
 import type { JobResult, LockClient } from './lock.js';
+import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
@@ -41,6 +44,7 @@ import {
   SAVEPOINT,
   tickStatement,
 } from './sql/scheduler.js';
+import { TickTimer } from './tick-timer.js';
 
 export { SCHEDULER_NAMESPACE };
 
@@ -70,8 +74,17 @@ export interface JobOptions {
   readonly retryDelayMs?: number;
   /** Longest a run may take: its signal aborts then (and, in transaction mode, statement_timeout). */
   readonly timeoutMs?: number;
-  /** Fire each tick after a random delay of up to this many ms, to spread load. Default 0. */
+  /**
+   * Fire each tick after a random delay below this many ms, to spread load. Default 0. Must be
+   * below the schedule's smallest gap between two ticks (checked over its next 1,000 ticks).
+   */
   readonly jitterMs?: number;
+  /**
+   * When both day-of-month and day-of-week are restricted (`0 9 1-7 * 1`): `false` (default,
+   * croner and Vixie cron) fires on a day matching *either*; `true` only on a day matching
+   * *both* — node-cron's meaning ("the first Monday").
+   */
+  readonly domAndDow?: boolean;
   /** Longest a node waits for the job's lock before treating the tick as overlapping. Default 5000. */
   readonly claimTimeoutMs?: number;
   /** Lease settings in lease mode (`ttlMs`, `renewEveryMs`, `safetyMarginMs`). */
@@ -85,6 +98,10 @@ export interface RunInfo {
   readonly tick: Date;
   /** 1 for the first attempt, 2 for the first retry, … */
   readonly attempt: number;
+  /** How late the handler started, in ms after {@link RunInfo.tick} (on the scheduler's clock). */
+  readonly lateMs: number;
+  /** `true` when this tick is run by catch-up (nobody ran it when it was due), not by its own timer. */
+  readonly catchUp: boolean;
   /** Aborted on connection or lease loss, on `timeoutMs`, and on `stop()`. */
   readonly signal: AbortSignal;
 }
@@ -102,8 +119,24 @@ export interface LeaseRun<Tx> extends RunInfo {
   readonly lease: LeaseContext<Tx>;
 }
 
-/** A job's handler. */
+/** A job's handler, either mode (check `run.mode`). */
 export type JobHandler<Tx> = (run: TransactionRun<Tx> | LeaseRun<Tx>) => Promise<unknown> | unknown;
+
+/** A transaction-mode job's handler: `run.tx` and `run.query` without a `run.mode` check. */
+export type TransactionJobHandler<Tx> = (run: TransactionRun<Tx>) => Promise<unknown> | unknown;
+
+/** A lease-mode job's handler: `run.lease` without a `run.mode` check. */
+export type LeaseJobHandler<Tx> = (run: LeaseRun<Tx>) => Promise<unknown> | unknown;
+
+/** Options of a transaction-mode job: `mode` omitted or `'transaction'`. */
+export interface TransactionJobOptions extends JobOptions {
+  readonly mode?: 'transaction';
+}
+
+/** Options of a lease-mode job: `mode: 'lease'`. */
+export interface LeaseJobOptions extends JobOptions {
+  readonly mode: 'lease';
+}
 
 /** Every outcome the scheduler reports. */
 export type SchedulerEvent =
@@ -150,7 +183,12 @@ export const SCHEDULER_OUTCOMES = [
 export interface SchedulerOptions {
   /** Who runs the jobs, stored in the ledger. Default `host:pid:random`. */
   readonly owner?: string;
-  /** The clock, in ms since the epoch. Default `Date.now` — tests pass a skewed one. */
+  /**
+   * Where ticks are timed: the time, and timers. Default the system clock; tests pass a
+   * {@link SimulatedClock} to run years of schedule in moments.
+   */
+  readonly clock?: Clock;
+  /** Overrides the clock's time, in ms since the epoch (tests pass a skewed `Date.now`). */
   readonly now?: () => number;
   /**
    * Ledger rows older than this are deleted (the latest row of each job is always kept).
@@ -178,8 +216,7 @@ interface Job<Tx> {
   readonly jitterMs: number;
   readonly claimTimeoutMs: number;
   readonly lease: LeaseOptions;
-  timer?: NodeJS.Timeout;
-  lastTick: number;
+  timer?: TickTimer;
 }
 
 const MAX_CATCH_UP = 1000;
@@ -252,6 +289,7 @@ export class Scheduler<Tx> {
   private readonly running = new Set<Promise<void>>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
+  private readonly clock: Clock;
   private readonly now: () => number;
   private readonly retentionMs: number;
   private readonly graceMs: number;
@@ -266,7 +304,11 @@ export class Scheduler<Tx> {
   ) {
     this.schema = quoteIdentifier(locks.schema);
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    this.now = options.now ?? Date.now;
+    const clock = options.clock ?? systemClock;
+    const now = options.now;
+    this.clock =
+      now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
+    this.now = () => this.clock.now();
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
@@ -274,11 +316,33 @@ export class Scheduler<Tx> {
   }
 
   /**
-   * Registers a job. Fails at once on a duplicate name, a name whose lock key collides with another
-   * job's, an invalid cron expression (seconds field optional) or time zone, or bad options.
+   * Registers a job. Fails at once on a duplicate name, a name the ledger cannot store (NUL, a lone
+   * surrogate, over 1 KiB), a name whose lock key collides with another job's, an invalid cron
+   * expression (seconds field optional) or time zone, a `jitterMs` not below the schedule's
+   * smallest gap, or bad options. A transaction-mode handler gets a {@link TransactionRun}.
    */
-  register(name: string, cron: string, handler: JobHandler<Tx>, options: JobOptions = {}): this {
-    const key = LockKey.fromNames(SCHEDULER_NAMESPACE, name);
+  register(
+    name: string,
+    cron: string,
+    handler: TransactionJobHandler<Tx>,
+    options?: TransactionJobOptions,
+  ): this;
+  /** Registers a lease-mode job: its handler gets a {@link LeaseRun}. */
+  register(
+    name: string,
+    cron: string,
+    handler: LeaseJobHandler<Tx>,
+    options: LeaseJobOptions,
+  ): this;
+  /** Registers a job whose mode is known only at run time: the handler checks `run.mode`. */
+  register(name: string, cron: string, handler: JobHandler<Tx>, options?: JobOptions): this;
+  register(
+    name: string,
+    cron: string,
+    handler: JobHandler<Tx> | TransactionJobHandler<Tx> | LeaseJobHandler<Tx>,
+    options: JobOptions = {},
+  ): this {
+    const key = jobKey(SCHEDULER_NAMESPACE, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
@@ -300,12 +364,16 @@ export class Scheduler<Tx> {
         'OPTION_INVALID',
         `job "${name}": the cron expression must be a string.`,
       );
-    const scheduleId = `${options.timezone ?? ''}\u0000${cron}`;
+    if (options.domAndDow !== undefined && typeof options.domAndDow !== 'boolean')
+      throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
+    const domAndDow = options.domAndDow ?? false;
+    const scheduleId = `${options.timezone ?? ''}\u0000${domAndDow}\u0000${cron}`;
     try {
       parsed =
         this.schedules.get(scheduleId) ??
         new Cron(cron, {
           paused: true,
+          domAndDow,
           ...(options.timezone !== undefined && { timezone: options.timezone }),
         });
       parsed.nextRun(); // an impossible time zone only shows here
@@ -334,11 +402,23 @@ export class Scheduler<Tx> {
     }
     const lease = { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
+    const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
+    // Croner's resolution is 1 s: a jitter below it needs no look at the schedule.
+    if (jitterMs >= 1000) {
+      const gap = minimumGapMs(parsed, new Date(this.now()));
+      if (jitterMs >= gap) {
+        throw new LockkitError(
+          'OPTION_INVALID',
+          `job "${name}": jitterMs ${jitterMs} must be below the smallest gap between two ticks of "${cron}" (${gap} ms), or ticks would fire out of order.`,
+        );
+      }
+    }
     this.jobs.set(name, {
       name,
       key,
       cron: parsed,
-      handler,
+      // The overloads tie the handler's run type to `mode`, the run it gets here.
+      handler: handler as JobHandler<Tx>,
       mode,
       overlap,
       catchUp,
@@ -346,10 +426,9 @@ export class Scheduler<Tx> {
       retryDelayMs: count(options.retryDelayMs, 'retryDelayMs', 0, 1000),
       timeoutMs:
         options.timeoutMs === undefined ? undefined : count(options.timeoutMs, 'timeoutMs', 1, 1),
-      jitterMs: count(options.jitterMs, 'jitterMs', 0, 0),
+      jitterMs,
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
       lease,
-      lastTick: 0,
     });
     this.jobByKey.set(keyId, name);
     this.schedules.set(scheduleId, parsed);
@@ -406,7 +485,7 @@ export class Scheduler<Tx> {
     options: { readonly timeoutMs?: number } = {},
   ): Promise<{ readonly stillRunning: number }> {
     this.stopping.abort(new LockkitError('ABORTED', 'the scheduler is stopping'));
-    for (const job of this.jobs.values()) clearTimeout(job.timer);
+    for (const job of this.jobs.values()) job.timer?.stop();
     clearInterval(this.pruneTimer);
     const all = Promise.allSettled([...this.running]);
     const timeout = new Promise<'timeout'>((resolve) =>
@@ -427,21 +506,15 @@ export class Scheduler<Tx> {
     }
   }
 
+  /** Fires the job's ticks from now on (see {@link TickTimer}: capped sleeps, jitter-safe). */
   private schedule(job: Job<Tx>): void {
     if (this.stopping.signal.aborted) return;
-    const now = this.now();
-    const next = job.cron.nextRun(new Date(Math.max(now, job.lastTick)));
-    if (!next) return; // a schedule with no future ticks
-    const tick = next.getTime();
-    const jitter = job.jitterMs > 0 ? Math.floor(Math.random() * job.jitterMs) : 0;
-    job.timer = setTimeout(
-      () => {
-        job.lastTick = tick;
-        this.track(this.fire(job, new Date(tick)));
-        this.schedule(job);
-      },
-      Math.max(0, tick - now) + jitter,
-    );
+    job.timer = new TickTimer(job.cron, {
+      clock: this.clock,
+      jitterMs: job.jitterMs,
+      onTick: (tick) => this.track(this.fire(job, tick)),
+    });
+    job.timer.start();
   }
 
   private track(work: Promise<void>): void {
@@ -450,23 +523,28 @@ export class Scheduler<Tx> {
   }
 
   /** One tick on this node, then the catch-up runs it found, then its retry if it failed. */
-  private async fire(job: Job<Tx>, tick: Date): Promise<void> {
+  private async fire(job: Job<Tx>, tick: Date, byCatchUp = false): Promise<void> {
     try {
       const outcome =
         job.mode === 'transaction'
-          ? await this.runInTransaction(job, tick)
-          : await this.runInLease(job, tick);
+          ? await this.runInTransaction(job, tick, byCatchUp)
+          : await this.runInLease(job, tick, byCatchUp);
       for (const missedTick of outcome.catchUp) {
         if (this.stopping.signal.aborted) break;
-        await this.fire(job, missedTick);
+        await this.fire(job, missedTick, true);
       }
       if (outcome.retry && !this.stopping.signal.aborted) {
         await sleep(job.retryDelayMs, this.stopping.signal);
-        if (!this.stopping.signal.aborted) await this.fire(job, tick);
+        if (!this.stopping.signal.aborted) await this.fire(job, tick, byCatchUp);
       }
     } catch (error) {
       if (!this.stopping.signal.aborted) this.emit({ type: 'error', job: job.name, tick, error });
     }
+  }
+
+  /** How long after its tick a run starts, on this scheduler's clock. */
+  private lateMs(tick: Date): number {
+    return Math.max(0, this.now() - tick.getTime());
   }
 
   /** The run's signal: the connection's or lease's, the job timeout, and stop(). */
@@ -533,6 +611,7 @@ export class Scheduler<Tx> {
   private async runInTransaction(
     job: Job<Tx>,
     tick: Date,
+    byCatchUp: boolean,
   ): Promise<{ catchUp: Date[]; retry: boolean }> {
     const schema = this.schema;
     for (;;) {
@@ -570,6 +649,8 @@ export class Scheduler<Tx> {
                 job: job.name,
                 tick,
                 attempt,
+                lateMs: this.lateMs(tick),
+                catchUp: byCatchUp,
                 signal: this.runSignal(job, ctx.signal),
               });
             } catch (error) {
@@ -632,7 +713,11 @@ export class Scheduler<Tx> {
     }
   }
 
-  private async runInLease(job: Job<Tx>, tick: Date): Promise<{ catchUp: Date[]; retry: boolean }> {
+  private async runInLease(
+    job: Job<Tx>,
+    tick: Date,
+    byCatchUp: boolean,
+  ): Promise<{ catchUp: Date[]; retry: boolean }> {
     const schema = this.schema;
     const settings = leaseSettings(job.lease);
     for (;;) {
@@ -707,6 +792,8 @@ export class Scheduler<Tx> {
               job: job.name,
               tick,
               attempt,
+              lateMs: this.lateMs(tick),
+              catchUp: byCatchUp,
               signal: this.runSignal(job, context.signal),
             }),
           {
