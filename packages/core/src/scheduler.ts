@@ -12,8 +12,9 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { Cron } from 'croner';
+import type { Cron } from 'croner';
 import { type Clock, systemClock } from './clock.js';
+import { parseSchedule, scheduleIdentity } from './cron-schedule.js';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn, Row } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -366,17 +367,10 @@ export class Scheduler<Tx> {
       );
     if (options.domAndDow !== undefined && typeof options.domAndDow !== 'boolean')
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
-    const domAndDow = options.domAndDow ?? false;
-    const scheduleId = `${options.timezone ?? ''}\u0000${domAndDow}\u0000${cron}`;
+    const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
+    const scheduleId = scheduleIdentity(cron, reading);
     try {
-      parsed =
-        this.schedules.get(scheduleId) ??
-        new Cron(cron, {
-          paused: true,
-          domAndDow,
-          ...(options.timezone !== undefined && { timezone: options.timezone }),
-        });
-      parsed.nextRun(); // an impossible time zone only shows here
+      parsed = this.schedules.get(scheduleId) ?? parseSchedule(cron, reading);
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',

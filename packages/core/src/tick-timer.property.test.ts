@@ -7,6 +7,7 @@ import { Cron } from 'croner';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SimulatedClock } from './clock.js';
+import { parseSchedule } from './cron-schedule.js';
 import { TickTimer } from './tick-timer.js';
 
 const YEAR = 365.25 * 86_400_000;
@@ -138,8 +139,13 @@ describe('TickTimer against croner (property)', () => {
           // A restart: the process was down until `from`; a new timer starts there.
           clock.jump(w.from - clock.now());
           const fired: [number, number][] = [];
-          // Built as the scheduler builds a job's timer (scheduler.ts `schedule`).
-          const timer = new TickTimer(new Cron(s.pattern, options), {
+          // Parsed and built as the scheduler parses a job's schedule and builds its timer
+          // (scheduler.ts `register` and `schedule`); the oracle is a croner of its own.
+          const reading = {
+            timezone: s.timezone === 'UTC' ? undefined : s.timezone,
+            domAndDow: s.domAndDow,
+          };
+          const timer = new TickTimer(parseSchedule(s.pattern, reading), {
             clock,
             jitterMs,
             random,
