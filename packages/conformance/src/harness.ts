@@ -60,6 +60,7 @@ export type ConformanceCaseId =
   | 'scheduler.worker-processes'
   | 'scheduler.long-delay'
   | 'scheduler.simulated-years'
+  | 'scheduler.jitter-keeps-ticks'
   | 'scheduler.unstorable-names'
   | 'scheduler.jitter-bound'
   | 'scheduler.dom-and-dow'

@@ -137,6 +137,41 @@ export function schedulerTimingCases<Tx, Session>(
   );
 
   test(
+    'scheduler.jitter-keeps-ticks',
+    'on a simulated clock, a per-second job with jitterMs 999 runs every tick exactly once, none before it is due',
+    () =>
+      withSchema(async (schema, locks) => {
+        const start = Date.UTC(2027, 5, 1);
+        const clock = new SimulatedClock(start);
+        const { scheduler, ran } = watched(locks, { clock, retentionMs: 0 });
+        const runs: [number, number][] = [];
+        scheduler.register(
+          'spread',
+          '* * * * * *',
+          (run) => void runs.push([run.tick.getTime(), run.lateMs]),
+          { jitterMs: 999 },
+        );
+        await scheduler.start();
+        const due: number[] = [];
+        for (let i = 1; i <= 30; i++) {
+          const tick = start + i * 1000;
+          due.push(tick);
+          // The latest a jittered tick can fire; each run ends before the clock moves on.
+          await clock.advanceTo(tick + 998);
+          await ran(tick);
+        }
+        await scheduler.stop();
+        expect(runs.map(([t]) => t)).toEqual(due);
+        for (const [, lateMs] of runs) expect(lateMs).toBeLessThan(1000);
+        const rows = await ledger(schema, 'spread');
+        expect(rows.map((r) => [new Date(r.tick).getTime(), r.status])).toEqual(
+          due.map((t) => [t, 'SUCCEEDED']),
+        );
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.unstorable-names',
     'a job name PostgreSQL text cannot store (NUL), a lone surrogate or an over-long name is refused at register',
     async () => {
