@@ -403,7 +403,7 @@ export class Scheduler<Tx> {
       if (jitterMs >= gap) {
         throw new LockkitError(
           'OPTION_INVALID',
-          `job "${name}": jitterMs ${jitterMs} must be below the smallest gap between two ticks of "${cron}" (${gap} ms), or ticks would fire out of order.`,
+          `job "${name}": jitterMs ${jitterMs} must be below the smallest gap between two ticks of "${cron}" (${gap} ms): a jittered tick would be pushed past the next one.`,
         );
       }
     }
