@@ -39,6 +39,8 @@ const USAGE = `Usage: pnpm chaos [options]
 const SCHEMA = 'lockkit_chaos';
 const WARM_UP_MS = 5000;
 const TAIL_MS = 10_000;
+/** Longest wait after the run for catch-up to decide the last judged ticks. */
+const DRAIN_LIMIT_MS = 60_000;
 
 interface Options {
   ticks: number;
@@ -421,6 +423,10 @@ async function run(
   const endAt = started + durationMs;
   if (endAt > Date.now()) await sleep(endAt - Date.now());
   await Promise.all(pending);
+  // Faults late in the run leave ticks for catch-up, which a loaded machine reaches later than an
+  // idle one. Wait for every judged tick to be decided (run, or recorded with a final status) —
+  // an event, not a window — and judge what is still undecided after the drain limit as missed.
+  await untilDecided(o, server.url, judgedWindow(started, judgedSeconds), DRAIN_LIMIT_MS);
 
   // Stop every worker cleanly; then nothing of theirs may be left in the server.
   for (const slot of slots) if (slot.alive && slot.stopped) slot.process?.kill('SIGCONT');
@@ -444,6 +450,47 @@ async function run(
   });
 }
 
+/** The instants (ms) of the first and last judged ticks of a run that started at `started`. */
+function judgedWindow(started: number, judgedSeconds: number): { from: number; to: number } {
+  const from = Math.ceil((started + WARM_UP_MS) / 1000) * 1000;
+  return { from, to: from + (judgedSeconds - 1) * 1000 };
+}
+
+/** Judged ticks that nobody has run yet and whose ledger row, if any, is not final. */
+const UNDECIDED = `
+  SELECT count(*)::int AS n
+    FROM unnest($1::text[]) AS j(job)
+   CROSS JOIN generate_series($2::timestamptz, $3::timestamptz, interval '1 second') AS t(tick)
+   WHERE NOT EXISTS (SELECT 1 FROM "${SCHEMA}".executions e WHERE e.job = j.job AND e.tick = t.tick)
+     AND NOT EXISTS (SELECT 1 FROM "${SCHEMA}".runs r WHERE r.job = j.job AND r.tick = t.tick
+                        AND r.status IN ('SUCCEEDED', 'FAILED', 'SKIPPED_OVERLAP', 'MISSED', 'ABANDONED'))`;
+
+/** Waits until every judged tick is decided, or `limitMs` has passed (the judge then counts them). */
+async function untilDecided(
+  o: Options,
+  url: string,
+  window: { from: number; to: number },
+  limitMs: number,
+): Promise<void> {
+  const client = new pg.Client({ connectionString: url, application_name: 'chaos-drain' });
+  await client.connect();
+  try {
+    const jobs = Array.from({ length: o.jobs }, (_, j) => chaosJobName(j));
+    const deadline = Date.now() + limitMs;
+    while (Date.now() < deadline) {
+      const { rows } = await client.query<{ n: number }>(UNDECIDED, [
+        jobs,
+        new Date(window.from),
+        new Date(window.to),
+      ]);
+      if ((rows[0]?.n ?? 0) === 0) return;
+      await sleep(250);
+    }
+  } finally {
+    await client.end();
+  }
+}
+
 async function judge(
   o: Options,
   url: string,
@@ -458,8 +505,7 @@ async function judge(
   const client = new pg.Client({ connectionString: url, application_name: 'chaos-judge' });
   await client.connect();
   try {
-    const from = Math.ceil((started + WARM_UP_MS) / 1000) * 1000;
-    const to = from + (judgedSeconds - 1) * 1000;
+    const { from, to } = judgedWindow(started, judgedSeconds);
     const { rows: executions } = await client.query<{ job: string; tick: Date; n: number }>(
       `SELECT job, tick, count(*)::int AS n FROM "${SCHEMA}".executions
         WHERE tick BETWEEN $1 AND $2 GROUP BY job, tick`,
