@@ -14,7 +14,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, systemClock } from './clock.js';
-import { parseSchedule, scheduleIdentity } from './cron-schedule.js';
+import { checkFiresAfter, parseSchedule, scheduleIdentity } from './cron-schedule.js';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn, Row } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -30,6 +30,11 @@ import {
 import type { JobResult, LockClient } from './lock.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
+import {
+  checkJobOptions,
+  checkSchedulerOptions,
+  isCatchUpPolicy,
+} from './scheduler-option-checks.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
 import { inlinePrepareStatement, type Statement } from './sql/locks.js';
@@ -303,6 +308,7 @@ export class Scheduler<Tx> {
     private readonly locks: LockClient<Tx, unknown>,
     options: SchedulerOptions = {},
   ) {
+    checkSchedulerOptions(options);
     this.schema = quoteIdentifier(locks.schema);
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     const clock = options.clock ?? systemClock;
@@ -343,6 +349,7 @@ export class Scheduler<Tx> {
     handler: JobHandler<Tx> | TransactionJobHandler<Tx> | LeaseJobHandler<Tx>,
     options: JobOptions = {},
   ): this {
+    checkJobOptions(name, options);
     const key = jobKey(SCHEDULER_NAMESPACE, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
@@ -381,29 +388,27 @@ export class Scheduler<Tx> {
     const mode = options.mode ?? 'transaction';
     if (mode !== 'transaction' && mode !== 'lease')
       throw new LockkitError('OPTION_INVALID', `mode must be 'transaction' or 'lease'.`);
-    const overlap = options.overlap ?? 'skip';
+    const overlap = options.overlap === undefined ? 'skip' : options.overlap;
     if (overlap !== 'skip' && overlap !== 'queue')
       throw new LockkitError('OPTION_INVALID', `overlap must be 'skip' or 'queue'.`);
-    const catchUp = options.catchUp ?? 'skip';
-    if (
-      !(
-        catchUp === 'skip' ||
-        catchUp === 'latest' ||
-        (typeof catchUp === 'object' && count(catchUp.withinMs, 'catchUp.withinMs', 1, 1) > 0)
-      )
-    ) {
-      throw new LockkitError('OPTION_INVALID', `catchUp must be 'skip', 'latest' or { withinMs }.`);
+    const catchUp = options.catchUp === undefined ? 'skip' : options.catchUp;
+    if (!isCatchUpPolicy(catchUp)) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `catchUp must be 'skip', 'latest' or { withinMs } with a positive integer withinMs.`,
+      );
     }
     const lease = { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
+    checkFiresAfter(parsed, cron, new Date(this.now()), name);
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
-    // Croner's resolution is 1 s: a jitter below it needs no look at the schedule.
-    if (jitterMs >= 1000) {
-      const gap = minimumGapMs(parsed, new Date(this.now()));
-      if (jitterMs >= gap) {
+    // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
+    if (jitterMs >= 500) {
+      const gap = minimumGapMs(parsed, new Date(this.now()), options.timezone);
+      if (jitterMs * 2 >= gap) {
         throw new LockkitError(
           'OPTION_INVALID',
-          `job "${name}": jitterMs ${jitterMs} must be below the smallest gap between two ticks of "${cron}" (${gap} ms): a jittered tick would be pushed past the next one.`,
+          `job "${name}": jitterMs ${jitterMs} must be below half the smallest gap between two ticks of "${cron}" (${gap} ms), so that two jittered runs stay at least half a gap apart.`,
         );
       }
     }

@@ -138,7 +138,7 @@ export function schedulerTimingCases<Tx, Session>(
 
   test(
     'scheduler.jitter-keeps-ticks',
-    'on a simulated clock, a per-second job with jitterMs 999 runs every tick exactly once, none before it is due',
+    'on a simulated clock, a per-second job with jitterMs 499 runs every tick exactly once, none before it is due',
     () =>
       withSchema(async (schema, locks) => {
         const start = Date.UTC(2027, 5, 1);
@@ -149,7 +149,7 @@ export function schedulerTimingCases<Tx, Session>(
           'spread',
           '* * * * * *',
           (run) => void runs.push([run.tick.getTime(), run.lateMs]),
-          { jitterMs: 999 },
+          { jitterMs: 499 },
         );
         await scheduler.start();
         const due: number[] = [];
@@ -157,12 +157,12 @@ export function schedulerTimingCases<Tx, Session>(
           const tick = start + i * 1000;
           due.push(tick);
           // The latest a jittered tick can fire; each run ends before the clock moves on.
-          await clock.advanceTo(tick + 998);
+          await clock.advanceTo(tick + 498);
           await ran(tick);
         }
         await scheduler.stop();
         expect(runs.map(([t]) => t)).toEqual(due);
-        for (const [, lateMs] of runs) expect(lateMs).toBeLessThan(1000);
+        for (const [, lateMs] of runs) expect(lateMs).toBeLessThan(500);
         const rows = await ledger(schema, 'spread');
         expect(rows.map((r) => [new Date(r.tick).getTime(), r.status])).toEqual(
           due.map((t) => [t, 'SUCCEEDED']),
@@ -194,16 +194,18 @@ export function schedulerTimingCases<Tx, Session>(
 
   test(
     'scheduler.jitter-bound',
-    "jitterMs at or above the schedule's smallest gap between ticks is refused at register",
+    "jitterMs at or above half the schedule's smallest gap between ticks is refused at register",
     async () => {
       const scheduler = createScheduler(createLockClient(fixture().instance.executor));
       const noop = () => {};
       for (const [cron, jitterMs, timezone] of [
         ['* * * * * *', 10_000, undefined],
         ['* * * * * *', 1000, undefined],
-        ['*/15 * * * *', 15 * 60_000, undefined],
+        // Below half the smallest gap, so two jittered runs stay half a gap apart.
+        ['* * * * * *', 500, undefined],
+        ['*/15 * * * *', 7.5 * 60_000, undefined],
         // A daily job in a DST zone has a 23-hour day each spring.
-        ['0 30 1 * * *', 23 * 3600_000 + 1, 'Europe/Oslo'],
+        ['0 30 1 * * *', 11.5 * 3600_000, 'Europe/Oslo'],
       ] as const) {
         expect(
           () =>
@@ -219,7 +221,8 @@ export function schedulerTimingCases<Tx, Session>(
           }),
         );
       }
-      scheduler.register('ok-second', '* * * * * *', noop, { jitterMs: 999 });
+      scheduler.register('ok-second', '* * * * * *', noop, { jitterMs: 499 });
+      scheduler.register('ok-quarter', '*/15 * * * *', noop, { jitterMs: 7.5 * 60_000 - 1 });
       scheduler.register('ok-daily', '0 30 1 * * *', noop, {
         jitterMs: 3600_000,
         timezone: 'Europe/Oslo',
