@@ -65,6 +65,7 @@ export type ConformanceCaseId =
   | 'scheduler.jitter-bound'
   | 'scheduler.dom-and-dow'
   | 'scheduler.run-info'
+  | 'scheduler.jitter-rolling-deploy'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
   | 'pooler.session-refused-when-detected'

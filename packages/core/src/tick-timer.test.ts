@@ -65,9 +65,8 @@ describe('TickTimer', () => {
     timer.start();
     await clock.advanceTo(start + 1000 * 1000 + 999);
     timer.stop();
-    expect(fired.map(([t]) => t)).toEqual(
-      Array.from({ length: 1000 }, (_, i) => start + (i + 1) * 1000),
-    );
+    // The tick at the start itself is owed too (its jittered instant is still to come).
+    expect(fired.map(([t]) => t)).toEqual(Array.from({ length: 1001 }, (_, i) => start + i * 1000));
     for (const [tick, at] of fired) {
       expect(at - tick).toBeGreaterThanOrEqual(0);
       expect(at - tick).toBeLessThan(1000);
@@ -127,5 +126,36 @@ describe('TickTimer', () => {
     timer.stop();
     expect(Math.max(...asked)).toBeLessThanOrEqual(MAX_TIMER_MS);
     expect(asked.length).toBeGreaterThan(80); // six years in steps of ~24.8 days
+  });
+
+  it('on start, still owes the ticks of the last jitterMs: each at its jittered instant, or at once if that is past', async () => {
+    const day = Date.UTC(2027, 0, 1);
+    const hour = 3600_000;
+    // Started 5 min after midnight, jitter 3 h: midnight's tick is still to come, at 03:00.
+    const late = harness('0 0 0 * * *', day + 5 * 60_000, {
+      jitterMs: 6 * hour,
+      random: () => 0.5,
+    });
+    late.timer.start();
+    await late.clock.advanceTo(day + 3 * hour - 1);
+    expect(late.fired).toEqual([]);
+    await late.clock.advanceTo(day + 3 * hour);
+    expect(late.fired).toEqual([[day, day + 3 * hour]]);
+    late.timer.stop();
+    // A jitter of 1 min is already past at 00:05: fired at once.
+    const past = harness('0 0 0 * * *', day + 5 * 60_000, {
+      jitterMs: 6 * hour,
+      random: () => 1 / 360,
+    });
+    past.timer.start();
+    await past.clock.advanceTo(day + 5 * 60_000);
+    expect(past.fired).toEqual([[day, day + 5 * 60_000]]);
+    past.timer.stop();
+    // Without jitter nothing before the start is owed.
+    const plain = harness('0 0 0 * * *', day + 5 * 60_000);
+    plain.timer.start();
+    await plain.clock.advanceTo(day + 24 * hour - 1);
+    expect(plain.fired).toEqual([]);
+    plain.timer.stop();
   });
 });

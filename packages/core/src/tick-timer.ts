@@ -40,7 +40,8 @@ export const DEFAULT_MAX_LATE_MS = 60_000;
 
 /**
  * Fires the ticks of one schedule after {@link TickTimer.start}: every tick after the start
- * instant, in order, each exactly once, none before it is due.
+ * instant (and those of the last `jitterMs` before it), in order, each exactly once, none before
+ * it is due.
  */
 export class TickTimer {
   private readonly clock: Clock;
@@ -70,11 +71,16 @@ export class TickTimer {
     return this.due === undefined ? undefined : new Date(this.due.tick);
   }
 
-  /** Fires every tick strictly after now (on the clock) until {@link TickTimer.stop}. */
+  /**
+   * Fires every tick strictly after `now - jitterMs` (on the clock) until {@link TickTimer.stop}.
+   * A tick of the last `jitterMs` before the start may not have fired anywhere yet (its jittered
+   * instant is still to come, on a node this one replaces): it is still owed, at its own jittered
+   * instant or at once if that is past. The ledger keeps it to one run across nodes.
+   */
   start(): void {
     if (this.running) return;
     this.running = true;
-    this.last = this.clock.now();
+    this.last = this.clock.now() - this.jitterMs;
     this.due = undefined;
     this.arm();
   }

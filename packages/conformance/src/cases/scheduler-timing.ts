@@ -12,7 +12,7 @@ import {
   type SchedulerEvent,
   SimulatedClock,
 } from '@lockkit/core';
-import { expect } from 'vitest';
+import { expect, vi } from 'vitest';
 import type { ConformanceAdapter } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
@@ -142,7 +142,8 @@ export function schedulerTimingCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         const start = Date.UTC(2027, 5, 1);
-        const clock = new SimulatedClock(start);
+        // Half a second in: the tick at `start` is more than jitterMs old, so not owed.
+        const clock = new SimulatedClock(start + 500);
         const { scheduler, ran } = watched(locks, { clock, retentionMs: 0 });
         const runs: [number, number][] = [];
         scheduler.register(
@@ -342,5 +343,77 @@ export function schedulerTimingCases<Tx, Session>(
         ]);
       }),
     30_000,
+  );
+
+  test(
+    'scheduler.jitter-rolling-deploy',
+    'a rolling deploy between a tick and its jittered instant: the new nodes still run it, exactly once, and nothing is recorded MISSED',
+    () =>
+      withSchema(async (schema, locks) => {
+        const day0 = Date.UTC(2027, 0, 1);
+        const hour = 3600_000;
+        // From the day before, so the job has a settled row and catch-up would judge a hole.
+        const clock = new SimulatedClock(day0 - 24 * hour - 60_000);
+        const events: SchedulerEvent[] = [];
+        const listeners = new Set<() => void>();
+        const ran = (tick: number) =>
+          Promise.race([nextRan(events, listeners, tick), sleep(10_000).then(() => undefined)]);
+        const runs: [string, number][] = [];
+        const missed: number[] = [];
+        const node = (owner: string) => {
+          const scheduler = createScheduler(locks, { clock, retentionMs: 0, owner });
+          scheduler.register(
+            'daily',
+            '0 0 0 * * *',
+            (run) => void runs.push([owner, run.tick.getTime()]),
+            {
+              jitterMs: 6 * hour,
+            },
+          );
+          scheduler.on('ran', (e) => {
+            events.push(e);
+            for (const l of [...listeners]) l();
+          });
+          scheduler.on('missed', (e) => void missed.push(...e.ticks.map((t) => t.getTime())));
+          return scheduler;
+        };
+        // Every jitter is 3 h: the scheduler's jitter comes from Math.random.
+        const random = vi.spyOn(Math, 'random').mockReturnValue(0.5);
+        try {
+          const a = node('a');
+          const b = node('b');
+          await a.start();
+          await b.start();
+          await clock.advanceTo(day0 - 21 * hour);
+          expect(await ran(day0 - 24 * hour), 'the day before runs').toMatchObject({ type: 'ran' });
+          // 00:05 and 00:10: each node replaced, the new one up before the old one stops; the
+          // 00:00 tick is due at 03:00 on the old nodes, which are gone by then.
+          await clock.advanceTo(day0 + 5 * 60_000);
+          const a2 = node('a2');
+          await a2.start();
+          await a.stop();
+          await clock.advanceTo(day0 + 10 * 60_000);
+          const b2 = node('b2');
+          await b2.start();
+          await b.stop();
+          await clock.advanceTo(day0 + 3 * hour);
+          expect(await ran(day0), "the deploy day's tick runs").toMatchObject({ type: 'ran' });
+          await clock.advanceTo(day0 + 27 * hour);
+          expect(await ran(day0 + 24 * hour), 'the next day runs').toMatchObject({ type: 'ran' });
+          await a2.stop();
+          await b2.stop();
+        } finally {
+          random.mockRestore();
+        }
+        expect(runs.map(([, t]) => t)).toEqual([day0 - 24 * hour, day0, day0 + 24 * hour]);
+        expect(missed).toEqual([]);
+        const rows = await ledger(schema, 'daily');
+        expect(rows.map((r) => [new Date(r.tick).getTime(), r.status])).toEqual([
+          [day0 - 24 * hour, 'SUCCEEDED'],
+          [day0, 'SUCCEEDED'],
+          [day0 + 24 * hour, 'SUCCEEDED'],
+        ]);
+      }),
+    60_000,
   );
 }
