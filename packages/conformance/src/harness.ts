@@ -66,6 +66,7 @@ export type ConformanceCaseId =
   | 'scheduler.dom-and-dow'
   | 'scheduler.run-info'
   | 'scheduler.jitter-rolling-deploy'
+  | 'scheduler.generated-schedules'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
   | 'pooler.session-refused-when-detected'

@@ -12,11 +12,43 @@ import {
   type SchedulerEvent,
   SimulatedClock,
 } from '@lockkit/core';
+import { Cron } from 'croner';
 import { expect, vi } from 'vitest';
 import type { ConformanceAdapter } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A small deterministic PRNG: the generated schedules are the same on every run and adapter. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+/** Schedule shapes for `scheduler.generated-schedules`: seconds to yearly, `L`, leap days, DST. */
+const GENERATED_PATTERNS = [
+  (r: () => number) => `${Math.floor(r() * 60)} */${[1, 5, 15][Math.floor(r() * 3)]} * * * *`,
+  (r: () => number) => `0 ${Math.floor(r() * 60)} */3 * * *`,
+  (r: () => number) => `0 ${Math.floor(r() * 60)} ${Math.floor(r() * 4)} * * *`,
+  (r: () => number) => `0 30 2 * * ${Math.floor(r() * 7)}`,
+  () => '0 0 12 L * *',
+  () => '0 0 0 29 2 *',
+  () => '0 0 0 1 1 *',
+] as const;
+const GENERATED_ZONES = [
+  'UTC',
+  'America/New_York',
+  'Europe/Oslo',
+  'Australia/Lord_Howe',
+  'Pacific/Chatham',
+  'Asia/Kolkata',
+] as const;
 
 /** Resolves with the `ran` (or `error`) event of `tick` (of `job`, when given). */
 function nextRan(
@@ -415,5 +447,81 @@ export function schedulerTimingCases<Tx, Session>(
         ]);
       }),
     60_000,
+  );
+
+  test(
+    'scheduler.generated-schedules',
+    "generated schedules (seconds to yearly, DST zones) through the real Scheduler and ledger, with a rolling restart inside a tick's jitter: every tick runs exactly once",
+    () =>
+      withSchema(async (schema, locks) => {
+        const random = mulberry32(19);
+        for (let n = 0; n < 6; n++) {
+          const shape = GENERATED_PATTERNS[n % GENERATED_PATTERNS.length] as (
+            r: () => number,
+          ) => string;
+          const pattern = shape(random);
+          const timezone = GENERATED_ZONES[Math.floor(random() * GENERATED_ZONES.length)] as string;
+          const start = Date.UTC(2027, 0, 1) + Math.floor(random() * 12 * 365 * 86_400_000);
+          const oracle = new Cron(pattern, { paused: true, timezone });
+          const first = oracle.nextRuns(10, new Date(start)).map((d) => d.getTime());
+          let gap = Number.POSITIVE_INFINITY;
+          for (let i = 1; i < first.length; i++)
+            gap = Math.min(gap, (first[i] as number) - (first[i - 1] as number));
+          // Well inside the bound (half the smallest gap, DST included) in every zone above, and
+          // below the 2^31-1 ms any count option takes.
+          const jitterMs = Math.min(Math.floor(gap / 5), 20 * 86_400_000);
+          // A starting scheduler also owes the ticks of the last jitterMs.
+          const ticks = oracle.nextRuns(10, new Date(start - jitterMs)).map((d) => d.getTime());
+          const job = `gen-${n}`;
+          const context = `${pattern} in ${timezone} from ${new Date(start).toISOString()} (jitter ${jitterMs})`;
+          const clock = new SimulatedClock(start);
+          const events: SchedulerEvent[] = [];
+          const listeners = new Set<() => void>();
+          const ran = (tick: number) =>
+            Promise.race([
+              nextRan(events, listeners, tick, job),
+              sleep(10_000).then(() => undefined),
+            ]);
+          const node = () => {
+            const scheduler = createScheduler(locks, { clock, retentionMs: 0 });
+            scheduler.register(job, pattern, () => {}, { timezone, jitterMs });
+            for (const type of ['ran', 'error', 'missed'] as const) {
+              scheduler.on(type, (e) => {
+                events.push(e);
+                for (const l of [...listeners]) l();
+              });
+            }
+            return scheduler;
+          };
+          let current = node();
+          await current.start();
+          for (const [i, tick] of ticks.entries()) {
+            if (i === 5) {
+              // A rolling restart halfway into tick 5's jitter: the old node may or may not have
+              // fired it; the new one owes it. Exactly one of them runs it.
+              await clock.advanceTo(tick + Math.floor(jitterMs / 2));
+              const next = node();
+              await next.start();
+              await current.stop();
+              current = next;
+            }
+            await clock.advanceTo(tick + jitterMs);
+            expect(await ran(tick), `${context}: tick ${i} runs`).toMatchObject({ type: 'ran' });
+          }
+          await current.stop();
+          const ranTicks = events.filter((e) => e.type === 'ran').map((e) => e.tick.getTime());
+          expect(ranTicks, context).toEqual(ticks);
+          expect(
+            events.filter((e) => e.type !== 'ran'),
+            context,
+          ).toEqual([]);
+          const rows = await ledger(schema, job);
+          expect(
+            rows.map((r) => [new Date(r.tick).getTime(), r.status]),
+            context,
+          ).toEqual(ticks.map((t) => [t, 'SUCCEEDED']));
+        }
+      }),
+    120_000,
   );
 }
