@@ -68,7 +68,7 @@ export type CatchUpPolicy = 'skip' | 'latest' | { readonly withinMs: number };
 export interface JobOptions {
   /** `'transaction'` (default): the run holds the job's transaction lock — for short jobs. `'lease'`: a lease — for long ones. */
   readonly mode?: 'transaction' | 'lease';
-  /** IANA time zone the cron expression is read in (default: UTC). */
+  /** IANA time zone the cron expression is read in (default: UTC, never the host's zone). */
   readonly timezone?: string;
   /** Default `'skip'` (recorded SKIPPED_OVERLAP); `'queue'` waits for the running one to end. */
   readonly overlap?: OverlapPolicy;
@@ -82,7 +82,9 @@ export interface JobOptions {
   readonly timeoutMs?: number;
   /**
    * Fire each tick after a random delay below this many ms, to spread load. Default 0. Must be
-   * below the schedule's smallest gap between two ticks (checked over its next 1,000 ticks).
+   * below half the schedule's smallest gap between two ticks (checked over its next 1,000 ticks
+   * and around the DST changes of the next 366 days). A starting scheduler still owes the ticks of
+   * the last `jitterMs` (a node it replaces may not have fired them yet).
    */
   readonly jitterMs?: number;
   /**
@@ -325,8 +327,9 @@ export class Scheduler<Tx> {
   /**
    * Registers a job. Fails at once on a duplicate name, a name the ledger cannot store (NUL, a lone
    * surrogate, over 1 KiB), a name whose lock key collides with another job's, an invalid cron
-   * expression (seconds field optional) or time zone, a `jitterMs` not below the schedule's
-   * smallest gap, or bad options. A transaction-mode handler gets a {@link TransactionRun}.
+   * expression (seconds field optional) or time zone, a schedule with no tick to come, a
+   * `jitterMs` not below half the schedule's smallest gap, or options of the wrong shape
+   * (`OPTION_INVALID`). A transaction-mode handler gets a {@link TransactionRun}.
    */
   register(
     name: string,
