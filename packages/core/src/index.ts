@@ -1,6 +1,8 @@
 export { ConnectionFate } from './connection-fate.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
+  CommitOutcomeUnknownError,
+  CommitRolledBackError,
   ConnectionLostError,
   DeadlockError,
   isLockkitError,

@@ -3,7 +3,10 @@
  *
  * @packageDocumentation
  */
+import { isConnectionLoss } from './connection-loss.js';
 import {
+  CommitOutcomeUnknownError,
+  CommitRolledBackError,
   ConnectionLostError,
   LockkitError,
   LockNotHeldError,
@@ -29,7 +32,7 @@ import { quoteIdentifier } from './sql/identifiers.js';
 import {
   BEGIN,
   COMMIT,
-  cancelBackendStatement,
+  cancelWaitStatement,
   checkMilliseconds,
   guardedSessionLockStatement,
   heldStatement,
@@ -41,6 +44,10 @@ import {
   ROLLBACK,
   type SettingValue,
   SKIP_MARKER,
+  sessionReleaseStatement,
+  TRANSACTION_ALIVE,
+  TRANSACTION_PROBE_READ,
+  TRANSACTION_PROBE_SET,
   unlockStatement,
 } from './sql/locks.js';
 
@@ -239,12 +246,14 @@ function tryLockOpening(key: LockKey, mode: LockMode, settings: readonly Setting
   return text;
 }
 
-/** The failure a one-round-trip try-lock raises for a lock held elsewhere: a skip, not an error. */
+/**
+ * The failure a one-round-trip try-lock raises for a lock held elsewhere: a skip, not an error.
+ * Known by its SQLSTATE and the marker, which Postgres echoes verbatim in every language (only
+ * the words and quotes around it are translated).
+ */
 function isSkipMarker(error: unknown): boolean {
   return (
-    sqlState(error) === '22P02' &&
-    error instanceof Error &&
-    error.message.includes(`"${SKIP_MARKER}"`)
+    sqlState(error) === '22P02' && error instanceof Error && error.message.includes(SKIP_MARKER)
   );
 }
 
@@ -401,8 +410,8 @@ export function createLockClient<Tx, Session>(
    * never rejects, once the cancel's own transaction is over: the caller awaits it after its own
    * transaction (never inside it — with a pool of one, the cancel needs that very connection).
    */
-  const cancelWait = (pid: number): Promise<void> => {
-    const statement = cancelBackendStatement(pid);
+  const cancelWait = (pid: number, key: LockKey): Promise<void> => {
+    const statement = cancelWaitStatement(pid, key);
     return executor
       .transaction((ctx) => ctx.query(statement.text, statement.params))
       .then(
@@ -413,7 +422,7 @@ export function createLockClient<Tx, Session>(
 
   /** Waits on `query` for the lock, cancelling the wait when `signal` aborts. */
   const waitForLock = async (
-    query: QueryFn,
+    ctx: { readonly query: QueryFn; readonly interrupt?: (() => Promise<void>) | undefined },
     key: LockKey,
     p: Plan,
     pid: number | undefined,
@@ -422,11 +431,14 @@ export function createLockClient<Tx, Session>(
   ): Promise<void> => {
     const statement = lockStatement(key, scope, p.mode, true);
     const onAbort = () => {
-      if (pid !== undefined) cancels.push(cancelWait(pid));
+      // The protocol's own cancel needs no second connection (a pool of one, one client);
+      // otherwise cancel from another connection, only while that backend still waits.
+      if (ctx.interrupt) cancels.push(ctx.interrupt().catch(() => undefined));
+      else if (pid !== undefined) cancels.push(cancelWait(pid, key));
     };
     p.signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      await query(statement.text, statement.params);
+      await ctx.query(statement.text, statement.params);
     } finally {
       p.signal?.removeEventListener('abort', onAbort);
     }
@@ -481,11 +493,18 @@ export function createLockClient<Tx, Session>(
     const tracker = track(emit, key, 'transaction', p.mode, p.wait);
     // Cancels of this call's wait, sent on other connections: the call settles after them.
     const cancels: Promise<void>[] = [];
+    // Set once the task has succeeded: what fails after it is the COMMIT.
+    let committing = false;
+    const rolledBack = (cause: unknown) =>
+      new CommitRolledBackError(
+        `lock ${key}: the task returned, but its transaction had failed (a statement in it raised an error, perhaps one the task caught), so COMMIT rolled it back: nothing was written. The lock is released.`,
+        { cause },
+      );
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
       connection = ctx;
       if (p.wait) {
         await waitForLock(
-          ctx.query,
+          ctx,
           key,
           p,
           first(openingRows).pid as number,
@@ -500,6 +519,16 @@ export function createLockClient<Tx, Session>(
       }
       tracker.acquired();
       const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
+      if (!executor.commitReportsRollback) {
+        // The executor cannot read COMMIT's answer: make sure COMMIT will not just roll back.
+        try {
+          await ctx.query(TRANSACTION_ALIVE);
+        } catch (error) {
+          if (sqlState(error) === '25P02') throw rolledBack(error);
+          throw error;
+        }
+      }
+      committing = true;
       return { executed: true, result };
     };
 
@@ -517,7 +546,15 @@ export function createLockClient<Tx, Session>(
         tracker.skipped();
         return SKIPPED;
       }
-      const classified = classify(error, `lock ${key}`, connection, p.signal);
+      const classified =
+        committing &&
+        !(error instanceof LockkitError) &&
+        (connection?.signal.aborted === true || isConnectionLoss(error))
+          ? new CommitOutcomeUnknownError(
+              `lock ${key}: the connection was lost after COMMIT was sent, before its answer: the transaction may or may not have committed (the lock is released either way). Check what the task writes before running it again.`,
+              { cause: error },
+            )
+          : classify(error, `lock ${key}`, connection, p.signal);
       tracker.settled(classified);
       throw classified;
     } finally {
@@ -589,7 +626,7 @@ export function createLockClient<Tx, Session>(
             if (expectedPid !== undefined && holderPid !== expectedPid) {
               throw detected(holderPid, expectedPid);
             }
-            await waitForLock(ctx.query, key, p, holderPid, 'session', cancels);
+            await waitForLock(ctx, key, p, holderPid, 'session', cancels);
             await ctx.query(COMMIT);
           } catch (error) {
             if (!ctx.signal.aborted) {
@@ -598,14 +635,14 @@ export function createLockClient<Tx, Session>(
               // session lock through the rollback: give it back.
               const held = heldStatement(key, p.mode);
               const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
-              if (Number(first(rows).held) > 0) await release(ctx.query, key, p.mode, -1, error);
+              if (Number(first(rows).held) > 0) await release(ctx, key, p.mode, -1, error);
             }
             throw error;
           }
           // Got it, but the caller gave up meanwhile: a session lock outlives the transaction,
           // so it needs its unlock.
           if (p.signal?.aborted) {
-            await release(ctx.query, key, p.mode, holderPid, undefined);
+            await release(ctx, key, p.mode, holderPid, undefined);
             throw abortedError(p.signal);
           }
         } else {
@@ -633,13 +670,19 @@ export function createLockClient<Tx, Session>(
         }
         // The connection died during the task: the lock went with it, and the caller must know.
         if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
-        await release(
-          ctx.query,
-          key,
-          p.mode,
-          holderPid,
-          outcome.ok ? undefined : outcome.failure.error,
-        );
+        try {
+          await release(
+            ctx,
+            key,
+            p.mode,
+            holderPid,
+            outcome.ok ? undefined : outcome.failure.error,
+          );
+        } catch (error) {
+          // Not known clean: never lend this connection to anyone else.
+          ctx.discard?.();
+          throw error;
+        }
         if (!outcome.ok) throw outcome.failure;
         return { executed: true, result: outcome.result };
       });
@@ -660,29 +703,39 @@ export function createLockClient<Tx, Session>(
    * error, never silence; a statement that reached another backend means a pooler moved us.
    */
   const release = async (
-    query: QueryFn,
+    ctx: Pick<SessionContext<unknown>, 'query' | 'inTransaction'>,
     key: LockKey,
     mode: LockMode,
     holderPid: number,
     taskError: unknown,
   ): Promise<void> => {
+    const { query } = ctx;
     const unlock = async () => {
       const pid =
         holderPid === -1
           ? Number(first(await query('SELECT pg_backend_pid() AS pid')).pid)
           : holderPid;
-      const statement = unlockStatement(key, mode, pid);
+      // After the task: the one unlock for the one acquire, and every further hold of the key
+      // the task took itself, so the connection goes back holding nothing of it.
+      const statement =
+        holderPid === -1 ? unlockStatement(key, mode, pid) : sessionReleaseStatement(key, mode, pid);
       return first(await query(statement.text, statement.params));
     };
-    let row: Row;
-    try {
-      row = await unlock();
-    } catch (error) {
-      // The task left a failed transaction open on the session: end it, then unlock.
-      if (sqlState(error) !== '25P02') throw error;
-      await query(ROLLBACK);
-      row = await unlock();
+    // A transaction the task left open (or failed) on the session would swallow the next pool
+    // user's work: roll it back first.
+    let open: boolean;
+    if (ctx.inTransaction) open = ctx.inTransaction();
+    else {
+      try {
+        await query(TRANSACTION_PROBE_SET);
+        open = first(await query(TRANSACTION_PROBE_READ)).open === true;
+      } catch (error) {
+        if (sqlState(error) !== '25P02') throw error;
+        open = true;
+      }
     }
+    if (open) await query(ROLLBACK);
+    const row = await unlock();
     if (row.released === null) {
       poolerDetected = true;
       throw new UnsafeBehindPoolerError(

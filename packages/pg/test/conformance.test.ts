@@ -27,7 +27,7 @@ runConformance(
       client.on('error', () => {});
       await client.connect();
       return {
-        executor: pgExecutor(client) as unknown as ReturnType<typeof pgExecutor<pg.PoolClient>>,
+        executor: pgExecutor(client) as never,
         query: (text) => client.query(text),
         close: () => client.end(),
       };

@@ -1,0 +1,11 @@
+/**
+ * `@lockkit/core/adapter`: what adapter authors need and users never call — watching a leased
+ * connection, knowing a lost connection when they see one, cancelling a statement with the
+ * protocol's own request, and the statements an adapter may send on its own.
+ *
+ * @packageDocumentation
+ */
+export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
+export { ConnectionFate } from './connection-fate.js';
+export { isConnectionLoss } from './connection-loss.js';
+export { BACKEND_PID, deadBackendsStatement } from './sql/locks.js';
