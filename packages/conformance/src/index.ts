@@ -36,9 +36,9 @@ export {
   type ConformanceCaseId,
   type ObservedLock,
   Observer,
-  type SingleConnectionInstance,
   randomInt8Key,
   randomKey,
+  type SingleConnectionInstance,
   taggedUrl,
 } from './harness.js';
 export {

@@ -32,6 +32,12 @@ export interface TransactionContext<Tx> {
    */
   readonly signal: AbortSignal;
   /**
+   * Optional: `signal.aborted`, read without making the signal (a getter over the adapter's
+   * `ConnectionFate`). Core reads it once per run, to tell a connection lost before COMMIT
+   * (a certain rollback) from one lost while COMMIT was in flight (an unknown outcome).
+   */
+  readonly lost?: boolean;
+  /**
    * Optional: cancels the statement running on this connection with the protocol's own
    * CancelRequest, sent on a socket of its own (so it needs no second pooled connection).
    * Resolves once the server has taken the request. A connection that was ever interrupted must

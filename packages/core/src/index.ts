@@ -1,4 +1,3 @@
-export { ConnectionFate } from './connection-fate.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
   CommitOutcomeUnknownError,
@@ -103,8 +102,6 @@ export {
 } from './session-pinning.js';
 export { quoteIdentifier } from './sql/identifiers.js';
 export {
-  BACKEND_PID,
-  deadBackendsStatement,
   type LockMode,
   type LockScope,
   MAX_TIMEOUT_MS,

@@ -169,10 +169,12 @@ export interface LockClient<Tx, Session> extends LeaseOperations<Tx> {
 
   /**
    * Runs `task` holding a session-level lock on a dedicated connection, outside any transaction:
-   * the lock survives the task's own commits and is released (one unlock for the one acquire)
-   * in `finally`. Needs the executor's session capability; never use it through a
-   * transaction-pooling proxy. Re-entrancy is Postgres's: on its own connection the task may take
-   * the same key again, and each extra acquire then needs its own unlock.
+   * the lock survives the task's own commits and is released in `finally`. Needs the executor's
+   * session capability; never use it through a transaction-pooling proxy. Re-entrancy is
+   * Postgres's: on its own connection the task may take the same key again. The connection goes
+   * back to its pool clean: a transaction the task left open (or failed) is rolled back, and
+   * every hold of the key on it is freed, extra levels the task took included; a connection that
+   * cannot be made clean is discarded.
    */
   withSessionLock<T>(
     key: LockKey,
@@ -503,14 +505,7 @@ export function createLockClient<Tx, Session>(
     const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
       connection = ctx;
       if (p.wait) {
-        await waitForLock(
-          ctx,
-          key,
-          p,
-          first(openingRows).pid as number,
-          'transaction',
-          cancels,
-        );
+        await waitForLock(ctx, key, p, first(openingRows).pid as number, 'transaction', cancels);
         // Got it, but the caller gave up meanwhile: the rollback releases it.
         if (p.signal?.aborted) throw abortedError(p.signal);
       } else if (first(openingRows).acquired !== true) {
@@ -528,7 +523,8 @@ export function createLockClient<Tx, Session>(
           throw error;
         }
       }
-      committing = true;
+      // A connection already lost cannot be committing: that is a rollback, not an unknown.
+      committing = !(ctx.lost ?? ctx.signal.aborted);
       return { executed: true, result };
     };
 
@@ -718,7 +714,9 @@ export function createLockClient<Tx, Session>(
       // After the task: the one unlock for the one acquire, and every further hold of the key
       // the task took itself, so the connection goes back holding nothing of it.
       const statement =
-        holderPid === -1 ? unlockStatement(key, mode, pid) : sessionReleaseStatement(key, mode, pid);
+        holderPid === -1
+          ? unlockStatement(key, mode, pid)
+          : sessionReleaseStatement(key, mode, pid);
       return first(await query(statement.text, statement.params));
     };
     // A transaction the task left open (or failed) on the session would swallow the next pool

@@ -3,14 +3,8 @@
  * database, with lockkit's statements bound as Drizzle parameters; sessions through the driver
  * under it where it can pin a connection (node-postgres pool, postgres.js).
  */
-import {
-  ConnectionFate,
-  type LockExecutor,
-  type QueryFn,
-  type Row,
-  type SessionContext,
-  type TransactionContext,
-} from '@lockkit/core';
+import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
+import { ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
 import {
   guardCheckouts,
   type PgEventSourceLike,
@@ -80,15 +74,6 @@ function isEventful(value: unknown): value is PgEventSourceLike {
     typeof value === 'object' &&
     value !== null &&
     typeof (value as { on?: unknown }).on === 'function'
-  );
-}
-
-function isConnectionError(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && /^(CONNECTION_|57P0[123]$|08|E[A-Z]+$)/.test(code)) return true;
-  return (
-    typeof message === 'string' &&
-    /Connection terminated|not queryable|connection error/i.test(message)
   );
 }
 
@@ -169,7 +154,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
             try {
               return rowsOf(await tx.execute(toDrizzleSql(text, params)));
             } catch (error) {
-              if (isConnectionError(error)) fate.abort(error);
+              if (isConnectionLoss(error)) fate.abort(error);
               throw error;
             }
           };
@@ -180,6 +165,9 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
               tx,
               get signal() {
                 return fate.signal;
+              },
+              get lost() {
+                return fate.aborted;
               },
             });
             outcome = { ok: true, value: await running };
@@ -199,7 +187,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
       } catch (error) {
         // postgres.js rejects its transaction as soon as the connection closes, while the task
         // may still be running: tell the task, and let it finish before reporting.
-        if (isConnectionError(error)) fate.abort(error);
+        if (isConnectionLoss(error)) fate.abort(error);
         if (running) await running.catch(() => {});
         throw error;
       }

@@ -10,7 +10,7 @@
  *
  * @packageDocumentation
  */
-import type { ConnectionFate } from '@lockkit/core';
+import type { ConnectionFate } from '@lockkit/core/adapter';
 
 /** What lockkit needs to listen to a node-postgres connection. */
 export interface PgEventSourceLike {

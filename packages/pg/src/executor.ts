@@ -167,8 +167,7 @@ export function pgExecutor(
   // A pool of one or a single client: a lockkit call from inside a task of this executor could
   // never get a connection. The token is switched off when its operation ends, so timers made
   // inside a task do not carry it on.
-  const onlyOne =
-    !isPool(handle) || (handle as { options?: { max?: unknown } }).options?.max === 1;
+  const onlyOne = !isPool(handle) || (handle as { options?: { max?: unknown } }).options?.max === 1;
   const running = new AsyncLocalStorage<{ active: boolean }>();
   const acquire = async (): Promise<Lease<PgClientLike>> => {
     if (onlyOne && running.getStore()?.active === true) {
@@ -226,6 +225,9 @@ export function pgExecutor(
             tx: lease.client,
             get signal() {
               return fate.signal;
+            },
+            get lost() {
+              return fate.aborted;
             },
             ...(interrupt && {
               interrupt: () => {

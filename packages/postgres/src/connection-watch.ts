@@ -9,7 +9,7 @@
  * leases are marked dead: their signal aborts, nothing more is sent on them, and they are never
  * handed back to the pool. While a check runs, lease queries wait for its answer.
  */
-import { type ConnectionFate, deadBackendsStatement } from '@lockkit/core';
+import { type ConnectionFate, deadBackendsStatement } from '@lockkit/core/adapter';
 
 /** The part of a postgres.js `sql` instance the watch uses. */
 export interface WatchedSqlLike {

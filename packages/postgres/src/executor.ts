@@ -9,14 +9,14 @@
  * `postgres`.
  */
 import {
-  BACKEND_PID,
-  ConnectionFate,
+  CommitRolledBackError,
   type LockExecutor,
   type QueryFn,
   type Row,
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
+import { BACKEND_PID, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
@@ -50,18 +50,6 @@ export interface PostgresExecutorOptions {
   readonly transactionPooler?: boolean;
 }
 
-/** Errors that mean the connection itself is gone. */
-function isConnectionError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return (
-    typeof code === 'string' &&
-    (/^CONNECTION_/.test(code) ||
-      /^57P0[123]$/.test(code) ||
-      /^08/.test(code) ||
-      /^E[A-Z]+$/.test(code))
-  );
-}
-
 /** Rows of the last statement of a (possibly multi-statement) result. */
 function lastRows(result: PostgresResultLike): Row[] {
   if (typeof result.command === 'string' || result.length === 0) return Array.from(result) as Row[];
@@ -75,6 +63,8 @@ interface Lease<R> {
   /** The user's handle: refuses to send on a dead connection (postgres.js would crash). */
   readonly handle: R;
   readonly stop: () => void;
+  /** The instance's watch: lease queries wait while it checks. */
+  readonly watch: ConnectionWatch;
 }
 
 /**
@@ -109,7 +99,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       try {
         return lastRows(await reserved.unsafe(text, params === undefined ? [] : [...params]));
       } catch (error) {
-        if (isConnectionError(error)) fate.abort(error);
+        if (isConnectionLoss(error)) fate.abort(error);
         throw error;
       }
     };
@@ -131,7 +121,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return value;
       },
     });
-    return { reserved, watched, query, handle, stop };
+    return { reserved, watched, query, handle, stop, watch };
   }
 
   function finish(l: Lease<R>): void {
@@ -147,6 +137,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   ): Promise<T> {
     const l = await lease();
     const { fate } = l.watched;
+    let inTransactionBlock = true;
     try {
       // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening
       // — which reports the pid itself when it starts with BACKEND_PID.
@@ -170,14 +161,25 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           get signal() {
             return fate.signal;
           },
+          get lost() {
+            return fate.aborted;
+          },
         },
         openingRows,
       );
-      await l.query('COMMIT');
+      await l.watch.settled();
+      if (fate.aborted) throw fate.reason;
+      const committed = await l.reserved.unsafe('COMMIT');
+      if (committed.command === 'ROLLBACK') {
+        inTransactionBlock = false;
+        throw new CommitRolledBackError(
+          "COMMIT answered ROLLBACK: a statement of the task's transaction had failed (perhaps one the task caught), so nothing was written. The lock is released.",
+        );
+      }
       return result;
     } catch (error) {
-      if (isConnectionError(error)) fate.abort(error);
-      if (!fate.aborted) await l.query('ROLLBACK').catch(() => {});
+      if (isConnectionLoss(error)) fate.abort(error);
+      if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
       finish(l);
@@ -187,6 +189,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   const executor: LockExecutor<R, R> = {
     name: options.name ?? 'postgres',
     transactionPooler: options.transactionPooler === true,
+    commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
@@ -205,7 +208,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           backendPid,
         });
       } catch (error) {
-        if (isConnectionError(error)) l.watched.fate.abort(error);
+        if (isConnectionLoss(error)) l.watched.fate.abort(error);
         throw error;
       } finally {
         finish(l);

@@ -3,14 +3,8 @@
  * lockkit's statements through `tx.$queryRawUnsafe` with positional parameters. Prisma can pin no
  * connection, so there is no session capability.
  */
-import {
-  BACKEND_PID,
-  ConnectionFate,
-  type LockExecutor,
-  type Row,
-  sqlState,
-  TransactionExpiredError,
-} from '@lockkit/core';
+import { type LockExecutor, type Row, TransactionExpiredError } from '@lockkit/core';
+import { BACKEND_PID, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
 import { BackendWatch } from './liveness.js';
 
 /** Prisma's interactive-transaction limits. */
@@ -44,11 +38,6 @@ export interface PrismaExecutorOptions extends PrismaTransactionOptions {
    */
   readonly livenessCheckMs?: number;
 }
-
-/** Prisma's own codes for a lost server, and the SQLSTATEs of a terminated or broken connection. */
-const CONNECTION_CODES = /^(57P0[123]|08\w{3}|P1001|P1017|E[A-Z]+)$/;
-const isConnectionError = (error: unknown) =>
-  CONNECTION_CODES.test(sqlState(error) ?? '') || CONNECTION_CODES.test(codeOf(error) ?? '');
 
 function codeOf(error: unknown): string | undefined {
   const e = error as {
@@ -137,7 +126,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             } catch (error) {
               const expired = expiry(error, limits);
               if (expired) fate.abort(expired);
-              else if (isConnectionError(error)) fate.abort(error);
+              else if (isConnectionLoss(error)) fate.abort(error);
               throw expired ?? error;
             }
           };
@@ -158,6 +147,9 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             tx,
             get signal() {
               return fate.signal;
+            },
+            get lost() {
+              return fate.aborted;
             },
           });
           return (await running) as never;

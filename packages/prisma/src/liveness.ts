@@ -3,7 +3,7 @@
  * no connection events). While tasks run, one query every `intervalMs` through the client's pool
  * asks the server which of their backends are gone; their signals then abort.
  */
-import { type ConnectionFate, deadBackendsStatement } from '@lockkit/core';
+import { type ConnectionFate, deadBackendsStatement } from '@lockkit/core/adapter';
 
 /** A way to run one statement outside any transaction. */
 export type RunStatement = (text: string, params: readonly unknown[]) => Promise<unknown>;

@@ -327,7 +327,9 @@ export function lockTruthCases<Tx, Session>(
           locks.withLock(key, async () => 'ran', { wait: true, signal: controller.signal }),
         );
         expect(
-          await f.observer.until(async () => (await f.observer.locksOn(key)).some((l) => !l.granted)),
+          await f.observer.until(async () =>
+            (await f.observer.locksOn(key)).some((l) => !l.granted),
+          ),
         ).toBe(true);
         controller.abort(new Error('caller gave up'));
         const error = await waiter;
