@@ -8,4 +8,4 @@
 export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
 export { ConnectionFate } from './connection-fate.js';
 export { isConnectionLoss } from './connection-loss.js';
-export { BACKEND_PID, deadBackendsStatement } from './sql/locks.js';
+export { BACKEND_PID, deadBackendsStatement, END_OWN_BACKEND } from './sql/locks.js';

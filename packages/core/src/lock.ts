@@ -432,10 +432,11 @@ export function createLockClient<Tx, Session>(
     cancels: Promise<void>[],
   ): Promise<void> => {
     const statement = lockStatement(key, scope, p.mode, true);
+    let interrupting: Promise<void> | undefined;
     const onAbort = () => {
       // The protocol's own cancel needs no second connection (a pool of one, one client);
       // otherwise cancel from another connection, only while that backend still waits.
-      if (ctx.interrupt) cancels.push(ctx.interrupt().catch(() => undefined));
+      if (ctx.interrupt) interrupting = ctx.interrupt().catch(() => undefined);
       else if (pid !== undefined) cancels.push(cancelWait(pid, key));
     };
     p.signal?.addEventListener('abort', onAbort, { once: true });
@@ -443,6 +444,9 @@ export function createLockClient<Tx, Session>(
       await ctx.query(statement.text, statement.params);
     } finally {
       p.signal?.removeEventListener('abort', onAbort);
+      // A protocol cancel names the connection, not the statement: let it land (on this wait,
+      // or ignored by an idle backend) before the connection does anything else.
+      if (interrupting) await interrupting;
     }
   };
 

@@ -4,7 +4,7 @@
  * under it where it can pin a connection (node-postgres pool, postgres.js).
  */
 import type { LockExecutor, QueryFn, Row, SessionContext, TransactionContext } from '@lockkit/core';
-import { ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
+import { ConnectionFate, isConnectionLoss, sendCancelRequest } from '@lockkit/core/adapter';
 import {
   guardCheckouts,
   type PgEventSourceLike,
@@ -77,6 +77,26 @@ function isEventful(value: unknown): value is PgEventSourceLike {
   );
 }
 
+/** The protocol cancel of what a node-postgres client runs; a no-op without its BackendKeyData. */
+function protocolCancel(client: unknown): () => Promise<void> {
+  return async () => {
+    const { host, port, processID, secretKey } = (client ?? {}) as {
+      host?: unknown;
+      port?: unknown;
+      processID?: unknown;
+      secretKey?: unknown;
+    };
+    if (
+      typeof host !== 'string' ||
+      typeof port !== 'number' ||
+      typeof processID !== 'number' ||
+      typeof secretKey !== 'number'
+    )
+      return;
+    await sendCancelRequest({ host, port, pid: processID, secretKey });
+  };
+}
+
 function kindOf(client: unknown): 'pg-pool' | 'pg-client' | 'postgres-js' | 'other' {
   if (
     typeof client === 'function' &&
@@ -138,6 +158,12 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
     }
   };
 
+  // A node-postgres pool of one (or one client): a wait can only be cancelled with the protocol's
+  // own request; with more connections core cancels from another one.
+  const alone =
+    kind === 'pg-client' ||
+    (kind === 'pg-pool' && (db.$client as { options?: { max?: unknown } }).options?.max === 1);
+
   const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> =>
     turn(async () => {
       const fate = new ConnectionFate();
@@ -169,6 +195,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
               get lost() {
                 return fate.aborted;
               },
+              ...(alone && { interrupt: protocolCancel(client) }),
             });
             outcome = { ok: true, value: await running };
           } catch (error) {

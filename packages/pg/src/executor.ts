@@ -197,7 +197,9 @@ export function pgExecutor(
     const { fate, query, queryFirstRows, commit, unwatch } = watch(lease.client);
     let broken: Error | undefined;
     let interrupted = false;
-    const interrupt = interrupter(lease.client);
+    // With other connections in the pool, core cancels from one of them (guarded); alone, the
+    // protocol's own cancel is the only way.
+    const interrupt = onlyOne ? interrupter(lease.client) : undefined;
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
     try {
@@ -274,7 +276,7 @@ export function pgExecutor(
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
       const { fate, query, unwatch } = watch(lease.client);
-      const interrupt = interrupter(lease.client);
+      const interrupt = onlyOne ? interrupter(lease.client) : undefined;
       let discarded: Error | undefined;
       try {
         const backendPid = lease.client.processID ?? undefined;

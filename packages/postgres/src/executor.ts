@@ -16,7 +16,12 @@ import {
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
-import { BACKEND_PID, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
+import {
+  BACKEND_PID,
+  ConnectionFate,
+  END_OWN_BACKEND,
+  isConnectionLoss,
+} from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
@@ -27,7 +32,10 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 
 /** The part of a reserved postgres.js `sql` we use. */
 export interface PostgresReservedLike {
-  unsafe(text: string, params?: unknown[]): PromiseLike<PostgresResultLike>;
+  unsafe(
+    text: string,
+    params?: unknown[],
+  ): PromiseLike<PostgresResultLike> & { cancel?: () => unknown };
   release(): void;
 }
 
@@ -35,7 +43,11 @@ export interface PostgresReservedLike {
 export interface PostgresSqlLike<R extends PostgresReservedLike = PostgresReservedLike> {
   unsafe(text: string, params?: unknown[]): PromiseLike<ArrayLike<unknown>>;
   reserve(): Promise<R>;
-  readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
+  readonly options: {
+    onclose?: ((connectionId: number) => void) | null | undefined;
+    /** The pool size: with one connection, a wait is cancelled with the protocol's own request. */
+    readonly max?: number;
+  };
 }
 
 /** Options of {@link postgresExecutor}. */
@@ -65,6 +77,11 @@ interface Lease<R> {
   readonly stop: () => void;
   /** The instance's watch: lease queries wait while it checks. */
   readonly watch: ConnectionWatch;
+  /** The protocol cancel of the running statement (pools of one only). */
+  readonly interrupt: (() => Promise<void>) | undefined;
+  /** True once the connection must not go back to the pool (interrupted, or not known clean). */
+  readonly interrupted: () => boolean;
+  readonly discard: () => void;
 }
 
 /**
@@ -93,16 +110,31 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     const stop = watch.add(watched);
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
+    let pending: { cancel?: () => unknown } | undefined;
     const query: QueryFn = async (text, params) => {
       await watch.settled();
       if (fate.aborted) throw gone();
+      const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
+      pending = running;
       try {
-        return lastRows(await reserved.unsafe(text, params === undefined ? [] : [...params]));
+        return lastRows(await running);
       } catch (error) {
         if (isConnectionLoss(error)) fate.abort(error);
         throw error;
+      } finally {
+        if (pending === running) pending = undefined;
       }
     };
+    // postgres.js sends a CancelRequest on a socket of its own: on a pool of one, the only way.
+    // The connection is then ended instead of going back to the pool (see finish).
+    let interrupted = false;
+    const interrupt =
+      sql.options.max === 1
+        ? async () => {
+            interrupted = true;
+            pending?.cancel?.();
+          }
+        : undefined;
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
       ((...args: Parameters<F>) => {
         if (fate.aborted) throw gone();
@@ -121,10 +153,32 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return value;
       },
     });
-    return { reserved, watched, query, handle, stop, watch };
+    return {
+      reserved,
+      watched,
+      query,
+      handle,
+      stop,
+      watch,
+      interrupt,
+      interrupted: () => interrupted,
+      discard: () => {
+        interrupted = true;
+      },
+    };
   }
 
-  function finish(l: Lease<R>): void {
+  async function finish(l: Lease<R>): Promise<void> {
+    if (l.interrupted() && !l.watched.fate.aborted) {
+      // A cancel may still be on its way to this backend: end it rather than lend it to anyone.
+      await l.reserved.unsafe(END_OWN_BACKEND).then(
+        () => {},
+        () => {},
+      );
+      // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
+      l.stop();
+      return;
+    }
     l.stop();
     // A dead reserved connection is already back in postgres.js's closed queue; releasing it
     // would list it as open, and the next query on it would crash.
@@ -164,6 +218,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           get lost() {
             return fate.aborted;
           },
+          ...(l.interrupt && { interrupt: l.interrupt }),
         },
         openingRows,
       );
@@ -182,7 +237,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
-      finish(l);
+      await finish(l);
     }
   }
 
@@ -202,6 +257,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return await fn({
           query: l.query,
           session: l.handle,
+          ...(l.interrupt && { interrupt: l.interrupt }),
+          discard: l.discard,
           get signal() {
             return l.watched.fate.signal;
           },
@@ -211,7 +268,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         if (isConnectionLoss(error)) l.watched.fate.abort(error);
         throw error;
       } finally {
-        finish(l);
+        await finish(l);
       }
     },
   };

@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createLockClient, hasCapability, type LockClient } from '@lockkit/core';
-import { expect } from 'vitest';
+import { expect, onTestFinished } from 'vitest';
 import { type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
 import { startRoundTripProxy } from '../proxy.js';
 import { caseIt, casesOf, type Fixture } from '../suite.js';
@@ -103,6 +103,8 @@ export function lockTruthCases<Tx, Session>(
       const f = fixture();
       const t = await idTable(f);
       const proxy = await startRoundTripProxy(f.url);
+      // Closed after the fixture's checks, which may still talk through it.
+      onTestFinished(() => proxy.close());
       try {
         const instance = f.newInstance(2, proxy.url);
         const locks = createLockClient(instance.executor);
@@ -118,7 +120,6 @@ export function lockTruthCases<Tx, Session>(
         // Why "unknown" and not "rolled back": here the server did commit.
         expect(await t.ids()).toEqual([1]);
       } finally {
-        await proxy.close();
         await t.drop();
       }
     },
@@ -131,67 +132,65 @@ export function lockTruthCases<Tx, Session>(
     async () => {
       const f = fixture();
       const proxy = await startRoundTripProxy(f.url);
-      try {
-        const instance = f.newInstance(2, proxy.url);
-        const locks = createLockClient(instance.executor);
-        const key = randomKey();
-        const release = gate();
-        const holder = f.locks.withLock(key, async () => {
-          await release.promise;
-        });
-        await f.observer.until(async () => (await f.observer.locksOn(key)).length === 1);
-        const cancels = proxy.holdCancels();
-        const controller = new AbortController();
-        const waiter = rejection(
-          locks.withLock(key, async () => 'ran', { wait: true, signal: controller.signal }),
-        );
-        let waiterPid = 0;
-        expect(
-          await f.observer.until(async () => {
-            const waiting = (await f.observer.locksOn(key)).find((l) => !l.granted);
-            waiterPid = waiting?.pid ?? 0;
-            return waiting !== undefined;
-          }),
-        ).toBe(true);
-        controller.abort(new Error('caller gave up'));
-        // The cancel is on its way, held at the proxy, while the holder lets go: the waiter is
-        // granted, sees its abort and gives the lock back.
-        await cancels.started;
-        release.open();
-        await holder;
-        expect(
-          await f.observer.until(async () => {
-            if ((await f.observer.locksOn(key)).length > 0) return false;
-            const rows = await f.observer.query<{ state: string }>(
-              'SELECT state FROM pg_stat_activity WHERE pid = $1',
-              [waiterPid],
-            );
-            return rows.length === 0 || rows[0]?.state === 'idle';
-          }),
-        ).toBe(true);
-        // An unrelated query, on whatever connection the pool hands out now.
-        const unrelated = instance.executor.transaction((ctx) =>
-          ctx.query('SELECT pg_sleep(0.5) AS slept'),
-        );
-        expect(
-          await f.observer.until(
-            async () =>
-              (
-                await f.observer.query(
-                  `SELECT 1 FROM pg_stat_activity
-                    WHERE application_name = $1 AND state = 'active' AND query LIKE '%pg_sleep(0.5)%'`,
-                  [f.applicationName],
-                )
-              ).length > 0,
-          ),
-        ).toBe(true);
-        // Now the late cancel reaches the server.
-        cancels.release();
-        await expect(unrelated).resolves.toHaveLength(1);
-        expect(codeOf(await waiter)).toBe('ABORTED');
-      } finally {
-        await proxy.close();
-      }
+      // Closed after the fixture's checks, which may still talk through it.
+      onTestFinished(() => proxy.close());
+      const instance = f.newInstance(2, proxy.url);
+      const locks = createLockClient(instance.executor);
+      const key = randomKey();
+      const release = gate();
+      const holder = f.locks.withLock(key, async () => {
+        await release.promise;
+      });
+      await f.observer.until(async () => (await f.observer.locksOn(key)).length === 1);
+      const cancels = proxy.holdCancels();
+      const controller = new AbortController();
+      const waiter = rejection(
+        locks.withLock(key, async () => 'ran', { wait: true, signal: controller.signal }),
+      );
+      let waiterPid = 0;
+      expect(
+        await f.observer.until(async () => {
+          const waiting = (await f.observer.locksOn(key)).find((l) => !l.granted);
+          waiterPid = waiting?.pid ?? 0;
+          return waiting !== undefined;
+        }),
+      ).toBe(true);
+      controller.abort(new Error('caller gave up'));
+      // The cancel is on its way, held at the proxy, while the holder lets go: the waiter is
+      // granted, sees its abort and gives the lock back.
+      await cancels.started;
+      release.open();
+      await holder;
+      expect(
+        await f.observer.until(async () => {
+          if ((await f.observer.locksOn(key)).length > 0) return false;
+          const rows = await f.observer.query<{ state: string }>(
+            'SELECT state FROM pg_stat_activity WHERE pid = $1',
+            [waiterPid],
+          );
+          return rows.length === 0 || rows[0]?.state === 'idle';
+        }),
+      ).toBe(true);
+      // An unrelated query, on whatever connection the pool hands out now.
+      const unrelated = instance.executor.transaction((ctx) =>
+        ctx.query('SELECT pg_sleep(0.5) AS slept'),
+      );
+      expect(
+        await f.observer.until(
+          async () =>
+            (
+              await f.observer.query(
+                `SELECT 1 FROM pg_stat_activity
+                  WHERE application_name = $1 AND state = 'active' AND query LIKE '%pg_sleep(0.5)%'`,
+                [f.applicationName],
+              )
+            ).length > 0,
+        ),
+      ).toBe(true);
+      // Now the late cancel reaches the server.
+      cancels.release();
+      await expect(unrelated).resolves.toHaveLength(1);
+      expect(codeOf(await waiter)).toBe('ABORTED');
     },
     20_000,
   );

@@ -267,6 +267,12 @@ export function cancelWaitStatement(pid: number, key: LockKey): Statement {
   };
 }
 
+/**
+ * Ends the backend of the connection it is sent on: for an executor that cannot close one pooled
+ * connection itself, yet must never lend it again (a cancel may still be on its way to it).
+ */
+export const END_OWN_BACKEND = 'SELECT pg_terminate_backend(pg_backend_pid())';
+
 /** Which of `pids` no longer have a backend: rows of `pid`. */
 export function deadBackendsStatement(pids: readonly number[]): Statement {
   return {
