@@ -173,7 +173,7 @@ export function lockTruthCases<Tx, Session>(
       ).toBe(true);
       // An unrelated query, on whatever connection the pool hands out now.
       const unrelated = instance.executor.transaction((ctx) =>
-        ctx.query('SELECT pg_sleep(0.5) AS slept'),
+        ctx.query('SELECT pg_sleep(0.5)::text AS slept'),
       );
       expect(
         await f.observer.until(
