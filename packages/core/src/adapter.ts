@@ -8,4 +8,11 @@
 export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
 export { ConnectionFate } from './connection-fate.js';
 export { isConnectionLoss } from './connection-loss.js';
+export {
+  type ConnectionSlot,
+  guardCheckouts,
+  type PgEventSourceLike,
+  type PgPoolEventsLike,
+  slotOf,
+} from './connection-slots.js';
 export { BACKEND_PID, deadBackendsStatement, END_OWN_BACKEND } from './sql/locks.js';

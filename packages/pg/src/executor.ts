@@ -15,8 +15,7 @@ import {
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
-import { ConnectionFate, isConnectionLoss, sendCancelRequest } from '@lockkit/core/adapter';
-import { slotOf } from './connection-slots.js';
+import { ConnectionFate, isConnectionLoss, sendCancelRequest, slotOf } from '@lockkit/core/adapter';
 
 /** The part of a `pg` query result we read. */
 export interface PgResultLike {
