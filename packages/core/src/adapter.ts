@@ -5,6 +5,13 @@
  *
  * @packageDocumentation
  */
+
+export {
+  BackendWatch,
+  type BackendWatchOptions,
+  type RunStatement,
+  type WatchedBackend,
+} from './backend-watch.js';
 export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
 export { ConnectionFate } from './connection-fate.js';
 export { isConnectionLoss } from './connection-loss.js';
@@ -15,4 +22,4 @@ export {
   type PgPoolEventsLike,
   slotOf,
 } from './connection-slots.js';
-export { BACKEND_PID, deadBackendsStatement, END_OWN_BACKEND } from './sql/locks.js';
+export { BACKEND_PID, END_OWN_BACKEND } from './sql/locks.js';

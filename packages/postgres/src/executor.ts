@@ -18,6 +18,7 @@ import {
 } from '@lockkit/core';
 import {
   BACKEND_PID,
+  type BackendWatch,
   ConnectionFate,
   END_OWN_BACKEND,
   isConnectionLoss,
@@ -76,7 +77,7 @@ interface Lease<R> {
   readonly handle: R;
   readonly stop: () => void;
   /** The instance's watch: lease queries wait while it checks. */
-  readonly watch: ConnectionWatch;
+  readonly watch: BackendWatch;
   /** The protocol cancel of the running statement (pools of one only). */
   readonly interrupt: (() => Promise<void>) | undefined;
   /** True once the connection must not go back to the pool (interrupted, or not known clean). */

@@ -4,8 +4,7 @@
  * connection, so there is no session capability.
  */
 import { type LockExecutor, type Row, TransactionExpiredError } from '@lockkit/core';
-import { BACKEND_PID, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
-import { BackendWatch } from './liveness.js';
+import { BACKEND_PID, BackendWatch, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
 
 /** Prisma's interactive-transaction limits. */
 export interface PrismaTransactionOptions {
@@ -94,10 +93,9 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
   options: PrismaExecutorOptions = {},
 ): LockExecutor<Tx, never> {
   const limits = { timeout: options.timeout ?? 5000, maxWait: options.maxWait ?? 2000 };
-  const watch = new BackendWatch(
-    (text, params) => prisma.$queryRawUnsafe(text, ...params),
-    options.livenessCheckMs ?? 1000,
-  );
+  const watch = new BackendWatch((text, params) => prisma.$queryRawUnsafe(text, ...params), {
+    intervalMs: options.livenessCheckMs ?? 1000,
+  });
   const executor: LockExecutor<Tx, never> = {
     name: options.name ?? 'prisma',
     transactionPooler: options.transactionPooler === true,
@@ -138,7 +136,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             if (!watching) {
               watching = true;
               const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-              unwatch = watch.add(Number(reported[0]?.pid), fate);
+              unwatch = watch.add({ pid: Number(reported[0]?.pid), fate });
             }
             return rows;
           };
