@@ -5,9 +5,9 @@
  *
  * @packageDocumentation
  */
-import { LockkitError, LockNotHeldError, UnsafeBehindPoolerError } from './errors.js';
+import { LockNotHeldError, UnsafeBehindPoolerError } from './errors.js';
 import { track } from './events.js';
-import { type Row, requireCapability, type SessionContext } from './executor.js';
+import { requireCapability, type SessionContext } from './executor.js';
 import type { LockKey } from './keys.js';
 import {
   abortedError,
