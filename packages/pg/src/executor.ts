@@ -187,6 +187,17 @@ export function pgExecutor(
     }
   };
 
+  /** A single client the caller left inside a transaction of its own. */
+  const callerTransactionOpen = (lease: Lease<PgClientLike>): boolean => {
+    const status = lease.single ? lease.client.getTransactionStatus?.() : undefined;
+    return status === 'T' || status === 'E';
+  };
+  const callerTransactionError = () =>
+    new LockkitError(
+      'CALLER_TRANSACTION_OPEN',
+      `The ${name} executor's client is inside a transaction of the caller's own: lockkit's COMMIT would commit the caller's work (and its ROLLBACK undo it). Run lockkit on a pool, or outside your transaction.`,
+    );
+
   async function inTransaction<T>(
     opening: string | undefined,
     fn: (ctx: TransactionContext<PgClientLike>, openingRows: Row[]) => Promise<T>,
@@ -202,13 +213,9 @@ export function pgExecutor(
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
     try {
-      const status = lease.single ? lease.client.getTransactionStatus?.() : undefined;
-      if (status === 'T' || status === 'E') {
+      if (callerTransactionOpen(lease)) {
         inTransactionBlock = false;
-        throw new LockkitError(
-          'CALLER_TRANSACTION_OPEN',
-          `The ${name} executor's client is inside a transaction of the caller's own: lockkit's COMMIT would commit the caller's work (and its ROLLBACK undo it). Run lockkit on a pool, or outside your transaction.`,
-        );
+        throw callerTransactionError();
       }
       let openingRows: Row[];
       if (opening === undefined) openingRows = await query('BEGIN');
@@ -278,6 +285,8 @@ export function pgExecutor(
       const interrupt = onlyOne ? interrupter(lease.client) : undefined;
       let discarded: Error | undefined;
       try {
+        // Cleaning the session afterwards would roll back the caller's own transaction.
+        if (callerTransactionOpen(lease)) throw callerTransactionError();
         const backendPid = lease.client.processID ?? undefined;
         const { client } = lease;
         return await exclusively(() =>

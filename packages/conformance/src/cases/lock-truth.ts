@@ -359,6 +359,11 @@ export function lockTruthCases<Tx, Session>(
         await one.query(`INSERT INTO ${t.table} VALUES (1)`);
         const refused = await rejection(locks.withLock(randomKey(), async () => 'ran'));
         expect(codeOf(refused), String(refused)).toBe('CALLER_TRANSACTION_OPEN');
+        if (hasCapability(one.executor, 'session')) {
+          // Session scope too: cleaning the connection afterwards would end the caller's work.
+          const session = await rejection(locks.withSessionLock(randomKey(), async () => 'ran'));
+          expect(codeOf(session), String(session)).toBe('CALLER_TRANSACTION_OPEN');
+        }
         await one.query('ROLLBACK');
         expect(await t.ids()).toEqual([]);
         // A nested call on the one connection cannot ever get it: it must say so, not hang.
