@@ -63,6 +63,7 @@ export type ConformanceCaseId =
   | 'pooler.session-refused-when-detected'
   | 'pooler.session-mode-allowed'
   | 'truth.caught-error-is-not-executed'
+  | 'truth.fenced-caught-error-is-not-written'
   | 'truth.lost-commit-reply-is-unknown'
   | 'truth.late-cancel-hits-nobody-else'
   | 'truth.session-open-transaction-rolled-back'

@@ -5,8 +5,7 @@
  *
  * @packageDocumentation
  */
-import { isConnectionLoss } from './connection-loss.js';
-import { CommitOutcomeUnknownError, CommitRolledBackError, LockkitError } from './errors.js';
+import { checkCommittable, commitOutcomeUnknown } from './commit-truth.js';
 import { track } from './events.js';
 import type { Row, TransactionContext } from './executor.js';
 import type { LockKey } from './keys.js';
@@ -25,13 +24,7 @@ import {
 } from './lock-engine.js';
 import type { JobResult, TransactionLockOptions, TransactionTask } from './lock-types.js';
 import { waitForLock } from './lock-wait.js';
-import { sqlState } from './postgres-errors.js';
-import {
-  inlinePrepareStatement,
-  oneTripTryLockStatement,
-  type SettingValue,
-  TRANSACTION_ALIVE,
-} from './sql/locks.js';
+import { inlinePrepareStatement, oneTripTryLockStatement, type SettingValue } from './sql/locks.js';
 
 /**
  * `withLock` (and `runExclusiveJob`) of one lock client: the task in one transaction holding the
@@ -64,11 +57,6 @@ export async function transactionLock<Tx, Session, T>(
   const cancels: Promise<void>[] = [];
   // Set once the task has succeeded: what fails after it is the COMMIT.
   let committing = false;
-  const rolledBack = (cause: unknown) =>
-    new CommitRolledBackError(
-      `lock ${key}: the task returned, but its transaction had failed (a statement in it raised an error, perhaps one the task caught), so COMMIT rolled it back: nothing was written. The lock is released.`,
-      { cause },
-    );
   const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
     connection = ctx;
     if (p.wait) {
@@ -89,15 +77,8 @@ export async function transactionLock<Tx, Session, T>(
     }
     tracker.acquired();
     const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
-    if (!engine.executor.commitReportsRollback) {
-      // The engine.executor cannot read COMMIT's answer: make sure COMMIT will not just roll back.
-      try {
-        await ctx.query(TRANSACTION_ALIVE);
-      } catch (error) {
-        if (sqlState(error) === '25P02') throw rolledBack(error);
-        throw error;
-      }
-    }
+    // Where the executor cannot read COMMIT's answer, make sure COMMIT will not just roll back.
+    await checkCommittable(engine.executor, ctx.query, `lock ${key}`);
     // A connection already lost cannot be committing: that is a rollback, not an unknown.
     committing = !(ctx.lost ?? ctx.signal.aborted);
     return { executed: true, result };
@@ -118,14 +99,9 @@ export async function transactionLock<Tx, Session, T>(
       return SKIPPED;
     }
     const classified =
-      committing &&
-      !(error instanceof LockkitError) &&
-      (connection?.signal.aborted === true || isConnectionLoss(error))
-        ? new CommitOutcomeUnknownError(
-            `lock ${key}: the connection was lost after COMMIT was sent, before its answer: the transaction may or may not have committed (the lock is released either way). Check what the task writes before running it again.`,
-            { cause: error },
-          )
-        : classify(error, `lock ${key}`, connection, p.signal);
+      (committing &&
+        commitOutcomeUnknown(error, connection?.signal.aborted === true, `lock ${key}`)) ||
+      classify(error, `lock ${key}`, connection, p.signal);
     tracker.settled(classified);
     throw classified;
   } finally {

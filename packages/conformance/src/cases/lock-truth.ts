@@ -10,7 +10,7 @@ import { createLockClient, hasCapability, type LockClient } from '@lockkit/core'
 import { expect, onTestFinished } from 'vitest';
 import { type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
 import { startRoundTripProxy } from '../proxy.js';
-import { caseIt, casesOf, type Fixture } from '../suite.js';
+import { caseIt, casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 /** The `code` of an error, whatever its class. */
 const codeOf = (error: unknown): unknown => (error as { code?: unknown } | null)?.code;
@@ -94,6 +94,30 @@ export function lockTruthCases<Tx, Session>(
         await t.drop();
       }
     },
+  );
+
+  test(
+    'truth.fenced-caught-error-is-not-written',
+    'a fenced write that catches its own SQL error: the call rejects COMMIT_ROLLED_BACK, nothing is written, the lease run records FAILED',
+    () =>
+      withLockkitSchema(fixture(), async (schema, locks) => {
+        const f = fixture();
+        const t = `"${schema}".ids`;
+        await f.observer.query(`CREATE TABLE ${t} (id int PRIMARY KEY)`);
+        await f.observer.query(`INSERT INTO ${t} VALUES (1)`);
+        const error = await rejection(
+          locks.runWithLease('lockkit-truth', randomBytes(6).toString('hex'), (lease) =>
+            lease.fenced(async (_tx, query) => {
+              await query(`INSERT INTO ${t} VALUES (2)`);
+              await query(`INSERT INTO ${t} VALUES (1)`).catch(() => {});
+              return 'written';
+            }),
+          ),
+        );
+        expect(codeOf(error), String(error)).toBe('COMMIT_ROLLED_BACK');
+        const ids = await f.observer.query<{ id: number }>(`SELECT id FROM ${t} ORDER BY id`);
+        expect(ids.map((r) => r.id)).toEqual([1]);
+      }),
   );
 
   test(
