@@ -78,7 +78,10 @@ export async function transactionLock<Tx, Session, T>(
     tracker.acquired();
     const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
     // Where the executor cannot read COMMIT's answer, make sure COMMIT will not just roll back.
-    await checkCommittable(engine.executor, ctx.query, `lock ${key}`);
+    // (Tested here first: no extra await on the hot path of executors that read the answer.)
+    if (!engine.executor.commitReportsRollback) {
+      await checkCommittable(engine.executor, ctx.query, `lock ${key}`);
+    }
     // A connection already lost cannot be committing: that is a rollback, not an unknown.
     committing = !(ctx.lost ?? ctx.signal.aborted);
     return { executed: true, result };
