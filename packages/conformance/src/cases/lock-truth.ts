@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createLockClient, hasCapability, type LockClient } from '@lockkit/core';
-import { expect, onTestFinished } from 'vitest';
+import { expect, onTestFinished, type TestContext } from 'vitest';
 import { type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
 import { startRoundTripProxy } from '../proxy.js';
 import { caseIt, casesOf, type Fixture, withLockkitSchema } from '../suite.js';
@@ -281,16 +281,17 @@ export function lockTruthCases<Tx, Session>(
     'firstThenBegin capability (one-round-trip skips)',
     'truth.one-trip-skip-any-language',
     'with lc_messages in French, a one-round-trip skip is still { executed: false }',
-    async () => {
+    // vitest hands every test its context: a missing locale skips the case visibly, with why.
+    async (context?: TestContext) => {
       const f = fixture();
       const language = 'fr_FR.UTF-8';
       try {
         await f.observer.query(`SET lc_messages = '${language}'`);
         await f.observer.query('RESET lc_messages');
       } catch (error) {
-        throw new Error(
-          `the test server cannot speak ${language} (${String(error)}): install the locale on the server's host (e.g. \`localedef --no-archive -i fr_FR -f UTF-8 fr_FR.UTF-8\`) and the PostgreSQL translations`,
-        );
+        const why = `the test server cannot speak ${language} (${String(error)}): install the locale on the server's host (e.g. \`localedef --no-archive -i fr_FR -f UTF-8 fr_FR.UTF-8\`) and the PostgreSQL translations`;
+        if (context) context.skip(why);
+        throw new Error(why);
       }
       const url = new URL(f.url);
       url.searchParams.set('options', `-c lc_messages=${language}`);
