@@ -1,2 +1,2 @@
 import { lockkitBuild } from '@lockkit/build-config';
-export default lockkitBuild();
+export default lockkitBuild({ entry: ['src/index.ts', 'src/adapter.ts'] });

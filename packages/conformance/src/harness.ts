@@ -70,7 +70,27 @@ export type ConformanceCaseId =
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
   | 'pooler.session-refused-when-detected'
-  | 'pooler.session-mode-allowed';
+  | 'pooler.session-mode-allowed'
+  | 'truth.caught-error-is-not-executed'
+  | 'truth.fenced-caught-error-is-not-written'
+  | 'truth.lost-commit-reply-is-unknown'
+  | 'truth.late-cancel-hits-nobody-else'
+  | 'truth.session-open-transaction-rolled-back'
+  | 'truth.session-reacquired-key-freed'
+  | 'truth.one-trip-skip-any-language'
+  | 'truth.pool-of-one-abort'
+  | 'truth.caller-transaction-open';
+
+/**
+ * An adapter over ONE connection that the caller also uses directly (a `pg.Client`): the caller
+ * may open its own transaction on it, or call lockkit again from inside a task.
+ */
+export interface SingleConnectionInstance<Tx, Session> {
+  readonly executor: LockExecutor<Tx, Session>;
+  /** Runs SQL on the connection directly, as the caller's own code would (not through lockkit). */
+  query(text: string): Promise<unknown>;
+  close(): Promise<void>;
+}
 
 /** One adapter instance under test, over its own connections. */
 export interface AdapterInstance<Tx, Session> {
@@ -124,6 +144,11 @@ export interface ConformanceAdapter<Tx, Session> {
    * runs it in a worker process that it then kills.
    */
   readonly workerModule?: string;
+  /**
+   * Makes an executor over one connection the caller also holds (node-postgres: a `pg.Client`);
+   * enables the cases about a caller's own transaction and nested calls on one connection.
+   */
+  readonly singleConnection?: (url: string) => Promise<SingleConnectionInstance<Tx, Session>>;
   /** Cases this adapter cannot pass, each with the reason shown in the skipped test's name. */
   readonly disable?: Partial<Readonly<Record<ConformanceCaseId, string>>>;
 }

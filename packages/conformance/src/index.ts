@@ -20,6 +20,7 @@
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { leaseCases } from './cases/leases.js';
+import { lockTruthCases } from './cases/lock-truth.js';
 import { pipeliningCases } from './cases/pipelining.js';
 import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
@@ -38,6 +39,7 @@ export {
   Observer,
   randomInt8Key,
   randomKey,
+  type SingleConnectionInstance,
   taggedUrl,
 } from './harness.js';
 export {
@@ -52,6 +54,7 @@ export type ConformanceGroup =
   | 'session'
   | 'pipelining'
   | 'robustness'
+  | 'truth'
   | 'leases'
   | 'scheduler';
 
@@ -75,7 +78,15 @@ export function runConformance<Tx, Session>(
   options: RunConformanceOptions = {},
 ): void {
   const groups = new Set(
-    options.groups ?? ['transaction', 'session', 'pipelining', 'robustness', 'leases', 'scheduler'],
+    options.groups ?? [
+      'transaction',
+      'session',
+      'pipelining',
+      'robustness',
+      'truth',
+      'leases',
+      'scheduler',
+    ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
   const probe = adapter.createInstance({ url: adapter.databaseUrl(), poolSize: 1 });
@@ -110,6 +121,7 @@ export function runConformance<Tx, Session>(
       pipeliningCases,
     );
     group('robustness', undefined, robustnessCases);
+    group('truth', undefined, lockTruthCases);
     group('leases', undefined, leaseCases);
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, options.schedulerSeconds));
 

@@ -33,7 +33,34 @@ export interface RoundTripProxy {
    * idle, `'T'` in a transaction block, `'E'` in a failed one.
    */
   lastTransactionStatus(): string | undefined;
+  /**
+   * Arms a one-shot trap: the next `COMMIT` a client sends is passed to the server, but the
+   * server's answer is withheld and, once the server has answered (so the commit is done), the
+   * link is cut both ways. Resolves when the link has been cut: the client sent COMMIT and never
+   * heard back — the outcome it must report as unknown.
+   */
+  holdCommitReply(): Promise<void>;
+  /**
+   * Holds every cancel sent from now on — a statement calling `pg_cancel_backend`, or a protocol
+   * CancelRequest on a socket of its own — before it reaches the server, until `release()`.
+   * `started` resolves when the first one is held.
+   */
+  holdCancels(): { readonly started: Promise<void>; release(): void };
   close(): Promise<void>;
+}
+
+/** The code of a protocol CancelRequest, sent instead of a startup message on a new socket. */
+const CANCEL_REQUEST_CODE = 80877102;
+
+/** Whether a client message is a COMMIT: a simple Query, or the Parse of an extended one. */
+function isCommit(type: number, body: Buffer): boolean {
+  let text: string;
+  if (type === 0x51 /* Q */) text = body.toString('utf8');
+  else if (type === 0x50 /* P */) {
+    const nameEnd = body.indexOf(0);
+    text = body.subarray(nameEnd + 1).toString('utf8');
+  } else return false;
+  return /^\s*commit\b/i.test(text);
 }
 
 /** Counts message types in one direction of a Postgres protocol stream. */
@@ -42,9 +69,10 @@ class MessageCounter {
   private started: boolean;
 
   constructor(
-    private readonly onMessage: (type: number, firstByte: number | undefined) => void,
+    private readonly onMessage: (type: number, firstByte: number | undefined, body: Buffer) => void,
     // The client's first message (startup) has no type byte.
     hasUntypedStartup: boolean,
+    private readonly onStartup: (packet: Buffer) => void = () => {},
   ) {
     this.started = !hasUntypedStartup;
   }
@@ -56,6 +84,7 @@ class MessageCounter {
         if (this.buffer.length < 4) return;
         const length = this.buffer.readInt32BE(0);
         if (this.buffer.length < length) return;
+        this.onStartup(this.buffer.subarray(0, length));
         this.buffer = this.buffer.subarray(length);
         this.started = true;
         continue;
@@ -63,7 +92,11 @@ class MessageCounter {
       if (this.buffer.length < 5) return;
       const length = this.buffer.readInt32BE(1);
       if (this.buffer.length < 1 + length) return;
-      this.onMessage(this.buffer[0] as number, length > 4 ? this.buffer[5] : undefined);
+      this.onMessage(
+        this.buffer[0] as number,
+        length > 4 ? this.buffer[5] : undefined,
+        this.buffer.subarray(5, 1 + length),
+      );
       this.buffer = this.buffer.subarray(1 + length);
     }
   }
@@ -89,31 +122,70 @@ export async function startRoundTripProxy(
   let syncs = 0;
   let status: string | undefined;
   const sockets = new Set<Socket>();
+  let commitTrap: (() => void) | undefined;
+  let cancelHold: { held: Buffer[][]; flushers: (() => void)[]; onFirst: () => void } | undefined;
   const server: Server = createServer((client) => {
     const upstream = connect(port, host);
     sockets.add(client);
     sockets.add(upstream);
     // Answers this connection's client is still waiting for.
     let outstanding = 0;
+    // Set when this connection's COMMIT reply is to be withheld: called on the server's answer.
+    let doomed: (() => void) | undefined;
+    // Client bytes held back (a cancel), in order, until the hold is released.
+    let holding: Buffer[] | undefined;
     const fromServer = new MessageCounter((type, firstByte) => {
       if (type !== 0x5a /* Z */) return;
       // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
       outstanding = Math.max(0, outstanding - 1);
       if (firstByte !== undefined) status = String.fromCharCode(firstByte);
-    }, false);
-    const fromClient = new MessageCounter((type) => {
-      if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
-        syncs++;
-        if (outstanding === 0) trips++;
-        outstanding++;
+      if (doomed) {
+        const cut = doomed;
+        doomed = undefined;
+        client.destroy();
+        upstream.destroy();
+        cut();
       }
-    }, true);
+    }, false);
+    const holdThisConnection = () => {
+      if (!cancelHold || holding) return;
+      holding = [];
+      cancelHold.held.push(holding);
+      const held = holding;
+      cancelHold.flushers.push(() => {
+        for (const chunk of held) pass(upstream, chunk);
+        holding = undefined;
+      });
+      cancelHold.onFirst();
+    };
+    const fromClient = new MessageCounter(
+      (type, _firstByte, body) => {
+        if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
+          syncs++;
+          if (outstanding === 0) trips++;
+          outstanding++;
+        }
+        if (commitTrap && isCommit(type, body)) {
+          doomed = commitTrap;
+          commitTrap = undefined;
+        }
+        if (cancelHold && body.includes('pg_cancel_backend')) holdThisConnection();
+      },
+      true,
+      (packet) => {
+        if (packet.length === 16 && packet.readInt32BE(4) === CANCEL_REQUEST_CODE) {
+          holdThisConnection();
+        }
+      },
+    );
     client.on('data', (chunk: Buffer) => {
       fromClient.push(chunk);
-      pass(upstream, chunk);
+      if (holding) holding.push(chunk);
+      else pass(upstream, chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
       fromServer.push(chunk);
+      if (doomed || client.destroyed) return;
       pass(client, chunk);
     });
     const end = () => {
@@ -138,6 +210,25 @@ export async function startRoundTripProxy(
     roundTrips: () => trips,
     clientSyncs: () => syncs,
     lastTransactionStatus: () => status,
+    holdCommitReply: () =>
+      new Promise<void>((resolve) => {
+        commitTrap = resolve;
+      }),
+    holdCancels: () => {
+      let onFirst!: () => void;
+      const started = new Promise<void>((resolve) => {
+        onFirst = resolve;
+      });
+      const hold = { held: [] as Buffer[][], flushers: [] as (() => void)[], onFirst };
+      cancelHold = hold;
+      return {
+        started,
+        release: () => {
+          if (cancelHold === hold) cancelHold = undefined;
+          for (const flush of hold.flushers) flush();
+        },
+      };
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();

@@ -13,7 +13,7 @@
  *
  * @example
  * ```ts
- * import { ConnectionFate } from '@lockkit/core';
+ * import { ConnectionFate } from '@lockkit/core/adapter';
  * const fate = new ConnectionFate();
  * const context = { get signal() { return fate.signal; } };
  * fate.abort(new Error('Connection ended'));

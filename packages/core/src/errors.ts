@@ -34,6 +34,10 @@ export type LockkitErrorCode =
   | 'UNSAFE_BEHIND_POOLER'
   | 'LEASE_LOST'
   | 'TRANSACTION_EXPIRED'
+  | 'COMMIT_ROLLED_BACK'
+  | 'COMMIT_OUTCOME_UNKNOWN'
+  | 'CALLER_TRANSACTION_OPEN'
+  | 'NESTED_CALL'
   | 'ABORTED';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
@@ -234,6 +238,35 @@ export class TransactionExpiredError extends LockkitError {
     super('TRANSACTION_EXPIRED', message, options);
     this.name = 'TransactionExpiredError';
     this.option = option;
+  }
+}
+
+/**
+ * The task returned normally but its transaction did not commit: a statement inside it failed
+ * (often one the task caught itself), so Postgres answered COMMIT with ROLLBACK. Nothing the task
+ * wrote was kept; the lock was released. Treat the run as failed (a scheduler records the tick
+ * failed and retries per its policy).
+ */
+export class CommitRolledBackError extends LockkitError {
+  declare readonly code: 'COMMIT_ROLLED_BACK';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('COMMIT_ROLLED_BACK', message, options);
+    this.name = 'CommitRolledBackError';
+  }
+}
+
+/**
+ * The connection died after COMMIT was sent and before its answer arrived: the transaction may or
+ * may not have committed, and the lock is released either way. Do not blindly retry — read what
+ * the task writes (a ledger row, an idempotency key) to learn whether it committed.
+ */
+export class CommitOutcomeUnknownError extends LockkitError {
+  declare readonly code: 'COMMIT_OUTCOME_UNKNOWN';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('COMMIT_OUTCOME_UNKNOWN', message, options);
+    this.name = 'CommitOutcomeUnknownError';
   }
 }
 

@@ -31,6 +31,21 @@ export interface TransactionContext<Tx> {
    * transaction, and every lock it holds, is then gone.
    */
   readonly signal: AbortSignal;
+  /**
+   * Optional: `signal.aborted`, read without making the signal (a getter over the adapter's
+   * `ConnectionFate`). Core reads it once per run, to tell a connection lost before COMMIT
+   * (a certain rollback) from one lost while COMMIT was in flight (an unknown outcome).
+   */
+  readonly lost?: boolean;
+  /**
+   * Optional: cancels the statement running on this connection with the protocol's own
+   * CancelRequest, sent on a socket of its own (so it needs no second pooled connection).
+   * Resolves once the server has taken the request. A connection that was ever interrupted must
+   * not go back to a pool (the executor discards it), so a late cancel can never reach the next
+   * user. Without it, core cancels a wait from another pooled connection, guarded so that it only
+   * hits a backend still waiting for that very lock.
+   */
+  readonly interrupt?: () => Promise<void>;
 }
 
 /** What a session callback receives: one dedicated connection, outside any transaction. */
@@ -47,6 +62,19 @@ export interface SessionContext<Session> {
    * PgBouncer the startup pid is PgBouncer's own invention and never matches.
    */
   readonly backendPid?: number | undefined;
+  /**
+   * Optional: whether the connection is inside a transaction block (open or failed), from the
+   * driver's last ReadyForQuery. Without it, core asks the server (two short statements) after a
+   * session task, to roll back a transaction the task left open.
+   */
+  readonly inTransaction?: () => boolean;
+  /** Optional: as {@link TransactionContext.interrupt}. */
+  readonly interrupt?: () => Promise<void>;
+  /**
+   * Optional: asks the executor to close this connection instead of returning it to its pool,
+   * when core could not make it clean (an unknown transaction state, a hold it could not free).
+   */
+  readonly discard?: () => void;
 }
 
 /**
@@ -78,6 +106,14 @@ export interface LockExecutor<Tx = unknown, Session = unknown> {
    * unrelated client inherits.
    */
   readonly transactionPooler?: boolean;
+
+  /**
+   * True when the executor reads COMMIT's answer and rejects with `CommitRolledBackError` when it
+   * says ROLLBACK (the transaction had failed). Executors that cannot see the command tag leave it
+   * unset: core then checks, with one cheap statement just before COMMIT, that the transaction is
+   * not aborted, so a task that caught its own SQL error is never reported as executed.
+   */
+  readonly commitReportsRollback?: boolean;
 
   /**
    * Required. Runs `fn` inside one transaction on one connection: BEGIN before it, COMMIT when it

@@ -5,9 +5,10 @@ export {
   SimulatedClock,
   systemClock,
 } from './clock.js';
-export { ConnectionFate } from './connection-fate.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
+  CommitOutcomeUnknownError,
+  CommitRolledBackError,
   ConnectionLostError,
   DeadlockError,
   isLockkitError,
@@ -112,8 +113,6 @@ export {
 } from './session-pinning.js';
 export { quoteIdentifier } from './sql/identifiers.js';
 export {
-  BACKEND_PID,
-  deadBackendsStatement,
   type LockMode,
   type LockScope,
   MAX_TIMEOUT_MS,

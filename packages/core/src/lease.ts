@@ -19,8 +19,10 @@
  *
  * @packageDocumentation
  */
+
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { checkCommittable, commitOutcomeUnknown } from './commit-truth.js';
 import { LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
@@ -401,15 +403,27 @@ export async function fencedWrite<Tx, T>(
   task: (tx: Tx, query: QueryFn) => Promise<T> | T,
 ): Promise<T> {
   const fence = fenceStatement(schema, lease.namespace, lease.jobKey, lease.token);
-  return executor.transaction(async ({ query, tx }) => {
-    if ((await query(fence.text, fence.params)).length === 0) {
-      throw new LeaseLostError(
-        `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
-        lease.token,
-      );
-    }
-    return task(tx, query);
-  });
+  const what = `fenced write of ${lease.namespace}/${lease.jobKey}`;
+  // Set once the task has succeeded on a live connection: what fails after it is the COMMIT.
+  let committing = false;
+  try {
+    return await executor.transaction(async (ctx) => {
+      const { query, tx } = ctx;
+      if ((await query(fence.text, fence.params)).length === 0) {
+        throw new LeaseLostError(
+          `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
+          lease.token,
+        );
+      }
+      const result = await task(tx, query);
+      // A write the task's caught error rolled back must not be reported as written.
+      await checkCommittable(executor, query, what);
+      committing = !(ctx.lost ?? ctx.signal.aborted);
+      return result;
+    });
+  } catch (error) {
+    throw (committing && commitOutcomeUnknown(error, false, what)) || error;
+  }
 }
 
 /** How a run's task ended. */

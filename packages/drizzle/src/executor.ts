@@ -1,30 +1,27 @@
 /**
  * The Drizzle executor: transactions through `db.transaction(…)` on any Drizzle Postgres
- * database, with lockkit's statements bound as Drizzle parameters; sessions through the driver
- * under it where it can pin a connection (node-postgres pool, postgres.js).
+ * database, with lockkit's statements bound as Drizzle parameters. Session scope is composed by
+ * the user: Drizzle cannot pin a connection, so the executor of the driver under it lends them
+ * (`sessions: pgExecutor(pool)` from `@lockkit/pg`, `postgresExecutor(sql)` from
+ * `@lockkit/postgres`); this package imports neither.
  */
 import {
-  ConnectionFate,
   type LockExecutor,
+  LockkitError,
   type QueryFn,
   type Row,
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
 import {
+  ConnectionFate,
   guardCheckouts,
+  isConnectionLoss,
   type PgEventSourceLike,
-  type PgPoolClientLike,
   type PgPoolEventsLike,
-  type PgPoolLike,
-  pgExecutor,
+  sendCancelRequest,
   slotOf,
-} from '@lockkit/pg';
-import {
-  type PostgresReservedLike,
-  type PostgresSqlLike,
-  postgresExecutor,
-} from '@lockkit/postgres';
+} from '@lockkit/core/adapter';
 import { type SQL, sql } from 'drizzle-orm';
 
 /** What lockkit needs of a Drizzle transaction: `execute`, and (at runtime) its session. */
@@ -39,16 +36,25 @@ export interface DrizzleDatabaseLike<Tx extends DrizzleTransactionLike> {
   readonly $client?: unknown;
 }
 
+/**
+ * What lends dedicated connections for session scope: any executor with the session capability,
+ * over the same database as Drizzle — `pgExecutor(pool)` (`@lockkit/pg`) for node-postgres,
+ * `postgresExecutor(sql)` (`@lockkit/postgres`) for postgres.js.
+ */
+export type DrizzleSessions<Session> = Pick<LockExecutor<unknown, Session>, 'session'>;
+
 /** Options of {@link drizzleExecutor}. */
-export interface DrizzleExecutorOptions {
+export interface DrizzleExecutorOptions<Session = never> {
   /** Name reported in errors; default `'drizzle'`. */
   readonly name?: string;
   /** Declare a transaction-pooling proxy: session scope is refused before any SQL. */
   readonly transactionPooler?: boolean;
+  /**
+   * Session scope, lent by the executor of the driver under Drizzle. Without it the executor has
+   * no session capability: session calls fail at once with `UnsupportedCapabilityError`.
+   */
+  readonly sessions?: DrizzleSessions<Session> | undefined;
 }
-
-/** The session handle: the driver's own pinned connection (a pg PoolClient, a reserved postgres.js `sql`). */
-export type DrizzleSession = PgPoolClientLike | PostgresReservedLike;
 
 /**
  * Core's `$1 … $n` statement as Drizzle SQL: the text between placeholders raw, each placeholder a
@@ -83,13 +89,24 @@ function isEventful(value: unknown): value is PgEventSourceLike {
   );
 }
 
-function isConnectionError(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && /^(CONNECTION_|57P0[123]$|08|E[A-Z]+$)/.test(code)) return true;
-  return (
-    typeof message === 'string' &&
-    /Connection terminated|not queryable|connection error/i.test(message)
-  );
+/** The protocol cancel of what a node-postgres client runs; a no-op without its BackendKeyData. */
+function protocolCancel(client: unknown): () => Promise<void> {
+  return async () => {
+    const { host, port, processID, secretKey } = (client ?? {}) as {
+      host?: unknown;
+      port?: unknown;
+      processID?: unknown;
+      secretKey?: unknown;
+    };
+    if (
+      typeof host !== 'string' ||
+      typeof port !== 'number' ||
+      typeof processID !== 'number' ||
+      typeof secretKey !== 'number'
+    )
+      return;
+    await sendCancelRequest({ host, port, pid: processID, secretKey });
+  };
 }
 
 function kindOf(client: unknown): 'pg-pool' | 'pg-client' | 'postgres-js' | 'other' {
@@ -123,10 +140,10 @@ function kindOf(client: unknown): 'pg-pool' | 'pg-client' | 'postgres-js' | 'oth
  * const locks = createLockClient(drizzleExecutor(drizzle(process.env.DATABASE_URL!)));
  * ```
  */
-export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
+export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = never>(
   db: DrizzleDatabaseLike<Tx>,
-  options: DrizzleExecutorOptions = {},
-): LockExecutor<Tx, DrizzleSession> {
+  options: DrizzleExecutorOptions<Session> = {},
+): LockExecutor<Tx, Session> {
   const name = options.name ?? 'drizzle';
   const transactionPooler = options.transactionPooler === true;
   const kind = kindOf(db.$client);
@@ -153,6 +170,12 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
     }
   };
 
+  // A node-postgres pool of one (or one client): a wait can only be cancelled with the protocol's
+  // own request; with more connections core cancels from another one.
+  const alone =
+    kind === 'pg-client' ||
+    (kind === 'pg-pool' && (db.$client as { options?: { max?: unknown } }).options?.max === 1);
+
   const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> =>
     turn(async () => {
       const fate = new ConnectionFate();
@@ -169,7 +192,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
             try {
               return rowsOf(await tx.execute(toDrizzleSql(text, params)));
             } catch (error) {
-              if (isConnectionError(error)) fate.abort(error);
+              if (isConnectionLoss(error)) fate.abort(error);
               throw error;
             }
           };
@@ -181,6 +204,10 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
               get signal() {
                 return fate.signal;
               },
+              get lost() {
+                return fate.aborted;
+              },
+              ...(alone && { interrupt: protocolCancel(client) }),
             });
             outcome = { ok: true, value: await running };
           } catch (error) {
@@ -199,27 +226,25 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike>(
       } catch (error) {
         // postgres.js rejects its transaction as soon as the connection closes, while the task
         // may still be running: tell the task, and let it finish before reporting.
-        if (isConnectionError(error)) fate.abort(error);
+        if (isConnectionLoss(error)) fate.abort(error);
         if (running) await running.catch(() => {});
         throw error;
       }
     });
 
-  const base: LockExecutor<Tx, DrizzleSession> = { name, transactionPooler, transaction };
-  const client = db.$client;
-  let session: LockExecutor<Tx, DrizzleSession>['session'];
-  if (kind === 'pg-pool') {
-    const inner = pgExecutor(client as PgPoolLike, { name });
-    session = <T>(fn: (ctx: SessionContext<DrizzleSession>) => Promise<T>) =>
-      (inner.session as NonNullable<typeof inner.session>)(
-        fn as (ctx: SessionContext<PgPoolClientLike>) => Promise<T>,
-      );
-  } else if (kind === 'postgres-js') {
-    const inner = postgresExecutor(client as PostgresSqlLike, { name });
-    session = <T>(fn: (ctx: SessionContext<DrizzleSession>) => Promise<T>) =>
-      (inner.session as NonNullable<typeof inner.session>)(
-        fn as (ctx: SessionContext<PostgresReservedLike>) => Promise<T>,
-      );
+  const base: LockExecutor<Tx, Session> = { name, transactionPooler, transaction };
+  const sessions = options.sessions;
+  if (sessions === undefined) return Object.freeze(base);
+  const lend = sessions.session;
+  if (typeof lend !== 'function') {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'sessions must be an executor with the session capability (pgExecutor(pool), postgresExecutor(sql)).',
+    );
   }
-  return Object.freeze(session ? { ...base, session } : base);
+  return Object.freeze({
+    ...base,
+    session: <T>(fn: (ctx: SessionContext<Session>) => Promise<T>): Promise<T> =>
+      lend.call(sessions, fn) as Promise<T>,
+  });
 }

@@ -19,7 +19,6 @@ import { createLockClient, type LockClient, type LockClientOptions } from '@lock
 import {
   type DrizzleDatabaseLike,
   type DrizzleExecutorOptions,
-  type DrizzleSession,
   type DrizzleTransactionLike,
   drizzleExecutor,
 } from './executor.js';
@@ -27,29 +26,31 @@ import {
 export {
   type DrizzleDatabaseLike,
   type DrizzleExecutorOptions,
-  type DrizzleSession,
+  type DrizzleSessions,
   type DrizzleTransactionLike,
   drizzleExecutor,
   toDrizzleSql,
 } from './executor.js';
 
 /** Options of {@link createLockKit}: executor options plus the lock client's defaults. */
-export type DrizzleLockKitOptions = DrizzleExecutorOptions & LockClientOptions;
+export type DrizzleLockKitOptions<Session = never> = DrizzleExecutorOptions<Session> &
+  LockClientOptions;
 
 /**
  * The lockkit client over a Drizzle Postgres database. Tasks receive Drizzle's `tx` inside the
  * lock's transaction: write through it and the writes commit or roll back with the lock. Exactly
  * one of the callers racing for a job runs it; the others get `{ executed: false }` at once.
  */
-export function createLockKit<Tx extends DrizzleTransactionLike>(
+export function createLockKit<Tx extends DrizzleTransactionLike, Session = never>(
   db: DrizzleDatabaseLike<Tx>,
-  options: DrizzleLockKitOptions = {},
-): LockClient<Tx, DrizzleSession> {
-  const { name, transactionPooler, ...clientOptions } = options;
+  options: DrizzleLockKitOptions<Session> = {},
+): LockClient<Tx, Session> {
+  const { name, transactionPooler, sessions, ...clientOptions } = options;
   return createLockClient(
-    drizzleExecutor(db, {
+    drizzleExecutor<Tx, Session>(db, {
       ...(name !== undefined && { name }),
       ...(transactionPooler !== undefined && { transactionPooler }),
+      ...(sessions !== undefined && { sessions }),
     }),
     clientOptions,
   );

@@ -1,6 +1,9 @@
 /**
  * Drizzle databases for the tests, one per driver, as a user would make them.
  */
+
+import { pgExecutor } from '@lockkit/pg';
+import { postgresExecutor } from '@lockkit/postgres';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
@@ -13,7 +16,8 @@ export function nodePostgresInstance(url: string, poolSize: number, transactionP
   const db = drizzlePg(pool);
   return {
     db,
-    executor: drizzleExecutor(db, { transactionPooler }),
+    // Session scope, composed by the user: the pool's own executor lends the connections.
+    executor: drizzleExecutor(db, { transactionPooler, sessions: pgExecutor(pool) }),
     checkedOut: () => pool.totalCount - pool.idleCount,
     close: () => pool.end(),
   };
@@ -24,7 +28,7 @@ export function postgresJsInstance(url: string, poolSize: number, transactionPoo
   const db = drizzlePostgres(sql);
   return {
     db,
-    executor: drizzleExecutor(db, { transactionPooler }),
+    executor: drizzleExecutor(db, { transactionPooler, sessions: postgresExecutor(sql) }),
     close: () => sql.end({ timeout: 5 }),
   };
 }

@@ -5,25 +5,36 @@
  * The driver types are declared structurally (what we call, nothing more), so this package does
  * not depend on `@types/pg` and accepts any compatible pool.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import {
-  ConnectionFate,
+  CommitRolledBackError,
   type LockExecutor,
+  LockkitError,
   type QueryFn,
   type Row,
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
-import { slotOf } from './connection-slots.js';
+import { ConnectionFate, isConnectionLoss, sendCancelRequest, slotOf } from '@lockkit/core/adapter';
 
 /** The part of a `pg` query result we read. */
 export interface PgResultLike {
   readonly rows: Row[];
+  /** The command tag: `'ROLLBACK'` for a COMMIT that rolled back. */
+  readonly command?: string | null;
 }
 
 /** The part of a `pg.Client` / `pg.PoolClient` we use. */
 export interface PgClientLike {
   /** The backend pid from the server's BackendKeyData at connect (pg sets it on the client). */
   readonly processID?: number | null;
+  /** BackendKeyData's secret key, for the protocol's CancelRequest. */
+  readonly secretKey?: number | null;
+  /** The server the client connected to (a host name, or a Unix socket directory). */
+  readonly host?: string;
+  readonly port?: number;
+  /** The transaction status of the last ReadyForQuery: `'I'` idle, `'T'` open, `'E'` failed. */
+  getTransactionStatus?(): string | null;
   query(text: string, values?: unknown[]): Promise<PgResultLike | PgResultLike[]>;
   on(event: 'error', listener: (error: Error) => void): unknown;
   on(event: 'end', listener: () => void): unknown;
@@ -52,27 +63,27 @@ export interface PgExecutorOptions {
   readonly transactionPooler?: boolean;
 }
 
-/** True for errors that mean the connection itself is unusable, not that one statement failed. */
-function isConnectionError(error: unknown): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  const { code, message } = error as { code?: unknown; message?: unknown };
-  if (typeof code === 'string' && /^(57P0[123]|08\w{3})$/.test(code)) return true;
-  if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return true; // ECONNRESET, EPIPE, …
-  return (
-    typeof message === 'string' &&
-    /Connection terminated|not queryable|connection error|Client was closed/i.test(message)
-  );
-}
-
 interface Lease<C extends PgClientLike> {
   readonly client: C;
   readonly done: (broken: Error | undefined) => void;
+  /** True for a single client (it cannot be discarded, and the caller may be using it). */
+  readonly single: boolean;
+}
+
+/** The protocol cancel of whatever `client` is running; undefined when the driver lacks the keys. */
+function interrupter(client: PgClientLike): (() => Promise<void>) | undefined {
+  const { processID, secretKey, host, port } = client;
+  if (typeof processID !== 'number' || typeof secretKey !== 'number') return undefined;
+  if (typeof host !== 'string' || typeof port !== 'number') return undefined;
+  return () => sendCancelRequest({ host, port, pid: processID, secretKey });
 }
 
 /** Watches one checked-out connection: its fate turns aborted when the connection errors or ends. */
 function watch(client: PgClientLike): {
   fate: ConnectionFate;
   query: QueryFn;
+  /** Sends COMMIT; true when the server answered ROLLBACK (the transaction had failed). */
+  commit: () => Promise<boolean>;
   queryFirstRows: (text: string) => Promise<Row[]>;
   unwatch: () => void;
 } {
@@ -90,7 +101,7 @@ function watch(client: PgClientLike): {
       if (!Array.isArray(result)) return result.rows as Row[];
       return ((pick === 'first' ? result[0] : result.at(-1))?.rows ?? []) as Row[];
     } catch (error) {
-      if (isConnectionError(error)) fate.abort(error);
+      if (isConnectionLoss(error)) fate.abort(error);
       throw error;
     }
   };
@@ -98,6 +109,15 @@ function watch(client: PgClientLike): {
   return {
     fate,
     query,
+    commit: async () => {
+      try {
+        const result = await client.query('COMMIT');
+        return !Array.isArray(result) && result.command === 'ROLLBACK';
+      } catch (error) {
+        if (isConnectionLoss(error)) fate.abort(error);
+        throw error;
+      }
+    },
     queryFirstRows: (text) => run(text, undefined, 'first'),
     unwatch: () => {
       if (slot.current === fate) slot.current = undefined;
@@ -141,7 +161,42 @@ export function pgExecutor(
   handle: PgPoolLike | PgClientLike,
   options: PgExecutorOptions = {},
 ): LockExecutor<PgClientLike, PgClientLike> {
-  const acquire = isPool(handle) ? poolLeases(handle) : clientLeases(handle as PgClientLike);
+  const name = options.name ?? 'pg';
+  const leases = isPool(handle) ? poolLeases(handle) : clientLeases(handle as PgClientLike);
+  // A pool of one or a single client: a lockkit call from inside a task of this executor could
+  // never get a connection. The token is switched off when its operation ends, so timers made
+  // inside a task do not carry it on.
+  const onlyOne = !isPool(handle) || (handle as { options?: { max?: unknown } }).options?.max === 1;
+  const running = new AsyncLocalStorage<{ active: boolean }>();
+  const acquire = async (): Promise<Lease<PgClientLike>> => {
+    if (onlyOne && running.getStore()?.active === true) {
+      throw new LockkitError(
+        'NESTED_CALL',
+        `A lockkit call was made from inside a task running on the ${name} executor, whose only connection that task holds: it could never run. Use the task's own handle (ctx.query, or the transaction handle), or give the executor a pool.`,
+      );
+    }
+    return leases();
+  };
+  const exclusively = async <T>(fn: () => Promise<T>): Promise<T> => {
+    if (!onlyOne) return fn();
+    const token = { active: true };
+    try {
+      return await running.run(token, fn);
+    } finally {
+      token.active = false;
+    }
+  };
+
+  /** A single client the caller left inside a transaction of its own. */
+  const callerTransactionOpen = (lease: Lease<PgClientLike>): boolean => {
+    const status = lease.single ? lease.client.getTransactionStatus?.() : undefined;
+    return status === 'T' || status === 'E';
+  };
+  const callerTransactionError = () =>
+    new LockkitError(
+      'CALLER_TRANSACTION_OPEN',
+      `The ${name} executor's client is inside a transaction of the caller's own: lockkit's COMMIT would commit the caller's work (and its ROLLBACK undo it). Run lockkit on a pool, or outside your transaction.`,
+    );
 
   async function inTransaction<T>(
     opening: string | undefined,
@@ -149,11 +204,19 @@ export function pgExecutor(
     beginAfter = false,
   ): Promise<T> {
     const lease = await acquire();
-    const { fate, query, queryFirstRows, unwatch } = watch(lease.client);
+    const { fate, query, queryFirstRows, commit, unwatch } = watch(lease.client);
     let broken: Error | undefined;
+    let interrupted = false;
+    // With other connections in the pool, core cancels from one of them (guarded); alone, the
+    // protocol's own cancel is the only way.
+    const interrupt = onlyOne ? interrupter(lease.client) : undefined;
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
     try {
+      if (callerTransactionOpen(lease)) {
+        inTransactionBlock = false;
+        throw callerTransactionError();
+      }
       let openingRows: Row[];
       if (opening === undefined) openingRows = await query('BEGIN');
       else if (beginAfter) {
@@ -163,17 +226,33 @@ export function pgExecutor(
         // Pipelined: BEGIN and the opening statement in one simple-protocol query, one round trip.
         openingRows = await query(`BEGIN; ${opening}`);
       }
-      const result = await fn(
-        {
-          query,
-          tx: lease.client,
-          get signal() {
-            return fate.signal;
+      const result = await exclusively(() =>
+        fn(
+          {
+            query,
+            tx: lease.client,
+            get signal() {
+              return fate.signal;
+            },
+            get lost() {
+              return fate.aborted;
+            },
+            ...(interrupt && {
+              interrupt: () => {
+                interrupted = true;
+                return interrupt();
+              },
+            }),
           },
-        },
-        opening === undefined ? [] : openingRows,
+          opening === undefined ? [] : openingRows,
+        ),
       );
-      await query('COMMIT');
+      if (await commit()) {
+        inTransactionBlock = false;
+        throw new CommitRolledBackError(
+          "COMMIT answered ROLLBACK: a statement of the task's transaction had failed (perhaps one the task caught), so nothing was written. The lock is released.",
+        );
+      }
       return result;
     } catch (error) {
       if (!fate.aborted && inTransactionBlock) {
@@ -186,32 +265,58 @@ export function pgExecutor(
       throw error;
     } finally {
       unwatch();
+      // A connection that was the target of a cancel never serves anyone else: the cancel may
+      // still be on its way.
+      if (interrupted && !broken && !lease.single) broken = new Error('interrupted by lockkit');
       lease.done(fate.aborted ? (fate.reason as Error) : broken);
     }
   }
 
   const executor: LockExecutor<PgClientLike, PgClientLike> = {
-    name: options.name ?? 'pg',
+    name,
     transactionPooler: options.transactionPooler === true,
+    commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
     firstThenBegin: (first, fn) => inTransaction(first, fn, true),
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
       const { fate, query, unwatch } = watch(lease.client);
+      const interrupt = onlyOne ? interrupter(lease.client) : undefined;
+      let discarded: Error | undefined;
       try {
+        // Cleaning the session afterwards would roll back the caller's own transaction.
+        if (callerTransactionOpen(lease)) throw callerTransactionError();
         const backendPid = lease.client.processID ?? undefined;
-        return await fn({
-          query,
-          session: lease.client,
-          get signal() {
-            return fate.signal;
-          },
-          backendPid,
-        });
+        const { client } = lease;
+        return await exclusively(() =>
+          fn({
+            query,
+            session: client,
+            get signal() {
+              return fate.signal;
+            },
+            backendPid,
+            ...(typeof client.getTransactionStatus === 'function' && {
+              inTransaction: () => {
+                const status = client.getTransactionStatus?.();
+                return status === 'T' || status === 'E';
+              },
+            }),
+            ...(interrupt && {
+              interrupt: () => {
+                discarded ??= new Error('interrupted by lockkit');
+                return interrupt();
+              },
+            }),
+            discard: () => {
+              discarded ??= new Error('discarded by lockkit: not known clean');
+            },
+          }),
+        );
       } finally {
         unwatch();
-        lease.done(fate.aborted ? (fate.reason as Error) : undefined);
+        lease.done(fate.aborted ? (fate.reason as Error) : lease.single ? undefined : discarded);
       }
     },
   };
@@ -221,7 +326,7 @@ export function pgExecutor(
 function poolLeases(pool: PgPoolLike): () => Promise<Lease<PgPoolClientLike>> {
   return async () => {
     const client = await pool.connect();
-    return { client, done: (broken) => client.release(broken ?? false) };
+    return { client, single: false, done: (broken) => client.release(broken ?? false) };
   };
 }
 
@@ -236,6 +341,6 @@ function clientLeases(client: PgClientLike): () => Promise<Lease<PgClientLike>> 
     const previous = tail;
     tail = previous.then(() => turn);
     await previous;
-    return { client, done: () => free() };
+    return { client, single: true, done: () => free() };
   };
 }

@@ -30,7 +30,7 @@ export {
   type PgEventSourceLike,
   type PgPoolEventsLike,
   slotOf,
-} from './connection-slots.js';
+} from '@lockkit/core/adapter';
 export {
   type PgClientLike,
   type PgExecutorOptions,

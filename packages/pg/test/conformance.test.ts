@@ -22,6 +22,16 @@ runConformance(
       };
     },
     nativeQuery: (client, text) => client.query(text),
+    singleConnection: async (url) => {
+      const client = new pg.Client({ connectionString: url });
+      client.on('error', () => {});
+      await client.connect();
+      return {
+        executor: pgExecutor(client) as never,
+        query: (text) => client.query(text),
+        close: () => client.end(),
+      };
+    },
     workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
   },
   { schedulerSeconds: 36 },

@@ -9,14 +9,20 @@
  * `postgres`.
  */
 import {
-  BACKEND_PID,
-  ConnectionFate,
+  CommitRolledBackError,
   type LockExecutor,
   type QueryFn,
   type Row,
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
+import {
+  BACKEND_PID,
+  type BackendWatch,
+  ConnectionFate,
+  END_OWN_BACKEND,
+  isConnectionLoss,
+} from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
@@ -27,7 +33,10 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 
 /** The part of a reserved postgres.js `sql` we use. */
 export interface PostgresReservedLike {
-  unsafe(text: string, params?: unknown[]): PromiseLike<PostgresResultLike>;
+  unsafe(
+    text: string,
+    params?: unknown[],
+  ): PromiseLike<PostgresResultLike> & { cancel?: () => unknown };
   release(): void;
 }
 
@@ -35,7 +44,11 @@ export interface PostgresReservedLike {
 export interface PostgresSqlLike<R extends PostgresReservedLike = PostgresReservedLike> {
   unsafe(text: string, params?: unknown[]): PromiseLike<ArrayLike<unknown>>;
   reserve(): Promise<R>;
-  readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
+  readonly options: {
+    onclose?: ((connectionId: number) => void) | null | undefined;
+    /** The pool size: with one connection, a wait is cancelled with the protocol's own request. */
+    readonly max?: number;
+  };
 }
 
 /** Options of {@link postgresExecutor}. */
@@ -48,18 +61,6 @@ export interface PostgresExecutorOptions {
    * there (with `prepare: true` postgres.js hangs behind PgBouncer).
    */
   readonly transactionPooler?: boolean;
-}
-
-/** Errors that mean the connection itself is gone. */
-function isConnectionError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return (
-    typeof code === 'string' &&
-    (/^CONNECTION_/.test(code) ||
-      /^57P0[123]$/.test(code) ||
-      /^08/.test(code) ||
-      /^E[A-Z]+$/.test(code))
-  );
 }
 
 /** Rows of the last statement of a (possibly multi-statement) result. */
@@ -75,6 +76,13 @@ interface Lease<R> {
   /** The user's handle: refuses to send on a dead connection (postgres.js would crash). */
   readonly handle: R;
   readonly stop: () => void;
+  /** The instance's watch: lease queries wait while it checks. */
+  readonly watch: BackendWatch;
+  /** The protocol cancel of the running statement (pools of one only). */
+  readonly interrupt: (() => Promise<void>) | undefined;
+  /** True once the connection must not go back to the pool (interrupted, or not known clean). */
+  readonly interrupted: () => boolean;
+  readonly discard: () => void;
 }
 
 /**
@@ -103,16 +111,31 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     const stop = watch.add(watched);
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
+    let pending: { cancel?: () => unknown } | undefined;
     const query: QueryFn = async (text, params) => {
       await watch.settled();
       if (fate.aborted) throw gone();
+      const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
+      pending = running;
       try {
-        return lastRows(await reserved.unsafe(text, params === undefined ? [] : [...params]));
+        return lastRows(await running);
       } catch (error) {
-        if (isConnectionError(error)) fate.abort(error);
+        if (isConnectionLoss(error)) fate.abort(error);
         throw error;
+      } finally {
+        if (pending === running) pending = undefined;
       }
     };
+    // postgres.js sends a CancelRequest on a socket of its own: on a pool of one, the only way.
+    // The connection is then ended instead of going back to the pool (see finish).
+    let interrupted = false;
+    const interrupt =
+      sql.options.max === 1
+        ? async () => {
+            interrupted = true;
+            pending?.cancel?.();
+          }
+        : undefined;
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
       ((...args: Parameters<F>) => {
         if (fate.aborted) throw gone();
@@ -131,10 +154,32 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return value;
       },
     });
-    return { reserved, watched, query, handle, stop };
+    return {
+      reserved,
+      watched,
+      query,
+      handle,
+      stop,
+      watch,
+      interrupt,
+      interrupted: () => interrupted,
+      discard: () => {
+        interrupted = true;
+      },
+    };
   }
 
-  function finish(l: Lease<R>): void {
+  async function finish(l: Lease<R>): Promise<void> {
+    if (l.interrupted() && !l.watched.fate.aborted) {
+      // A cancel may still be on its way to this backend: end it rather than lend it to anyone.
+      await l.reserved.unsafe(END_OWN_BACKEND).then(
+        () => {},
+        () => {},
+      );
+      // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
+      l.stop();
+      return;
+    }
     l.stop();
     // A dead reserved connection is already back in postgres.js's closed queue; releasing it
     // would list it as open, and the next query on it would crash.
@@ -147,6 +192,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   ): Promise<T> {
     const l = await lease();
     const { fate } = l.watched;
+    let inTransactionBlock = true;
     try {
       // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening
       // — which reports the pid itself when it starts with BACKEND_PID.
@@ -170,23 +216,36 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           get signal() {
             return fate.signal;
           },
+          get lost() {
+            return fate.aborted;
+          },
+          ...(l.interrupt && { interrupt: l.interrupt }),
         },
         openingRows,
       );
-      await l.query('COMMIT');
+      await l.watch.settled();
+      if (fate.aborted) throw fate.reason;
+      const committed = await l.reserved.unsafe('COMMIT');
+      if (committed.command === 'ROLLBACK') {
+        inTransactionBlock = false;
+        throw new CommitRolledBackError(
+          "COMMIT answered ROLLBACK: a statement of the task's transaction had failed (perhaps one the task caught), so nothing was written. The lock is released.",
+        );
+      }
       return result;
     } catch (error) {
-      if (isConnectionError(error)) fate.abort(error);
-      if (!fate.aborted) await l.query('ROLLBACK').catch(() => {});
+      if (isConnectionLoss(error)) fate.abort(error);
+      if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
-      finish(l);
+      await finish(l);
     }
   }
 
   const executor: LockExecutor<R, R> = {
     name: options.name ?? 'postgres',
     transactionPooler: options.transactionPooler === true,
+    commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
@@ -199,16 +258,18 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return await fn({
           query: l.query,
           session: l.handle,
+          ...(l.interrupt && { interrupt: l.interrupt }),
+          discard: l.discard,
           get signal() {
             return l.watched.fate.signal;
           },
           backendPid,
         });
       } catch (error) {
-        if (isConnectionError(error)) l.watched.fate.abort(error);
+        if (isConnectionLoss(error)) l.watched.fate.abort(error);
         throw error;
       } finally {
-        finish(l);
+        await finish(l);
       }
     },
   };

@@ -3,15 +3,8 @@
  * lockkit's statements through `tx.$queryRawUnsafe` with positional parameters. Prisma can pin no
  * connection, so there is no session capability.
  */
-import {
-  BACKEND_PID,
-  ConnectionFate,
-  type LockExecutor,
-  type Row,
-  sqlState,
-  TransactionExpiredError,
-} from '@lockkit/core';
-import { BackendWatch } from './liveness.js';
+import { type LockExecutor, type Row, TransactionExpiredError } from '@lockkit/core';
+import { BACKEND_PID, BackendWatch, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
 
 /** Prisma's interactive-transaction limits. */
 export interface PrismaTransactionOptions {
@@ -44,11 +37,6 @@ export interface PrismaExecutorOptions extends PrismaTransactionOptions {
    */
   readonly livenessCheckMs?: number;
 }
-
-/** Prisma's own codes for a lost server, and the SQLSTATEs of a terminated or broken connection. */
-const CONNECTION_CODES = /^(57P0[123]|08\w{3}|P1001|P1017|E[A-Z]+)$/;
-const isConnectionError = (error: unknown) =>
-  CONNECTION_CODES.test(sqlState(error) ?? '') || CONNECTION_CODES.test(codeOf(error) ?? '');
 
 function codeOf(error: unknown): string | undefined {
   const e = error as {
@@ -105,10 +93,9 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
   options: PrismaExecutorOptions = {},
 ): LockExecutor<Tx, never> {
   const limits = { timeout: options.timeout ?? 5000, maxWait: options.maxWait ?? 2000 };
-  const watch = new BackendWatch(
-    (text, params) => prisma.$queryRawUnsafe(text, ...params),
-    options.livenessCheckMs ?? 1000,
-  );
+  const watch = new BackendWatch((text, params) => prisma.$queryRawUnsafe(text, ...params), {
+    intervalMs: options.livenessCheckMs ?? 1000,
+  });
   const executor: LockExecutor<Tx, never> = {
     name: options.name ?? 'prisma',
     transactionPooler: options.transactionPooler === true,
@@ -137,7 +124,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             } catch (error) {
               const expired = expiry(error, limits);
               if (expired) fate.abort(expired);
-              else if (isConnectionError(error)) fate.abort(error);
+              else if (isConnectionLoss(error)) fate.abort(error);
               throw expired ?? error;
             }
           };
@@ -149,7 +136,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             if (!watching) {
               watching = true;
               const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-              unwatch = watch.add(Number(reported[0]?.pid), fate);
+              unwatch = watch.add({ pid: Number(reported[0]?.pid), fate });
             }
             return rows;
           };
@@ -158,6 +145,9 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             tx,
             get signal() {
               return fate.signal;
+            },
+            get lost() {
+              return fate.aborted;
             },
           });
           return (await running) as never;

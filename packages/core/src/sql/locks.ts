@@ -189,6 +189,52 @@ export function unlockStatement(key: LockKey, mode: LockMode, holderPid: number)
 }
 
 /**
+ * Like {@link unlockStatement}, then frees every further hold of `key` this backend still has at
+ * session level, in both modes (a task that took its own key again): `leftover` counts them. Only
+ * on backend `holderPid`; a connection goes back to its pool holding nothing of this key.
+ */
+export function sessionReleaseStatement(
+  key: LockKey,
+  mode: LockMode,
+  holderPid: number,
+): Statement {
+  const args = keyArguments(key);
+  const pid = `$${args.params.length + 1}::int4`;
+  const { classid, objid, objsubid } = key.pgLocks;
+  const drain = (lockMode: LockMode) => {
+    const fn = lockFunction('session', lockMode, false, true);
+    const pgMode = lockMode === 'shared' ? 'ShareLock' : 'ExclusiveLock';
+    // One unlock per level, while pg_locks still shows a hold (a CASE, so that no unlock of a
+    // lock not held is ever attempted: that would raise a WARNING).
+    return `(WITH RECURSIVE u(n) AS (SELECT 0 UNION ALL SELECT u.n + 1 FROM u WHERE u.n < 10000 AND CASE WHEN EXISTS (SELECT 1 FROM pg_locks l WHERE u.n >= 0 AND l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.classid = ${BigInt(classid)}::int8::oid AND l.objid = ${BigInt(objid)}::int8::oid AND l.objsubid = ${Number(objsubid) | 0}::int2 AND l.mode = '${pgMode}') THEN ${fn}(${args.text}) ELSE false END) SELECT count(*) - 1 FROM u)`;
+  };
+  return {
+    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} THEN ${lockFunction('session', mode, false, true)}(${args.text}) END AS released, CASE WHEN pg_backend_pid() = ${pid} THEN ${drain('exclusive')} + ${drain('shared')} END AS leftover`,
+    params: [...args.params, holderPid],
+  };
+}
+
+/**
+ * First half of the transaction-block probe, for executors that cannot tell whether a connection
+ * is inside a transaction: sets a transaction-local marker. Must travel alone (its own implicit
+ * transaction), followed by {@link TRANSACTION_PROBE_READ}.
+ */
+export const TRANSACTION_PROBE_SET = "SELECT set_config('lockkit.open_transaction', 'yes', true)";
+
+/**
+ * Second half of the probe: `open` is true only inside a transaction block, where the marker of
+ * {@link TRANSACTION_PROBE_SET} outlived its statement; it fails with 25P02 in an aborted one.
+ */
+export const TRANSACTION_PROBE_READ =
+  "SELECT coalesce(current_setting('lockkit.open_transaction', true), '') = 'yes' AS open";
+
+/**
+ * A cheap statement sent inside a transaction just before COMMIT: it fails with 25P02 when the
+ * transaction is aborted (a failed statement the task caught), so COMMIT would only roll back.
+ */
+export const TRANSACTION_ALIVE = 'SELECT 1 AS alive';
+
+/**
  * Whether this connection holds `key` in `mode` at session or transaction level: one row with an
  * integer `held` (the levels held). Used after a failed session wait, since a wait cut short at
  * the very moment the lock was granted leaves a session lock that survives the rollback.
@@ -205,11 +251,27 @@ export function heldStatement(key: LockKey, mode: LockMode): Statement {
   };
 }
 
-/** Cancels the statement running on another backend (a lock wait the caller gave up on). */
-export const cancelBackendStatement = (pid: number): Statement => ({
-  text: 'SELECT pg_cancel_backend($1::int4) AS cancelled',
-  params: [pid],
-});
+/**
+ * Cancels the lock wait of backend `pid` on `key`, sent from another connection, and only while
+ * that backend is still waiting for that very lock: once it was granted (and its connection
+ * perhaps handed to someone else), the statement cancels nothing.
+ */
+export function cancelWaitStatement(pid: number, key: LockKey): Statement {
+  const { classid, objid, objsubid } = key.pgLocks;
+  return {
+    text: `SELECT pg_cancel_backend(l.pid) AS cancelled FROM pg_locks l
+            WHERE l.pid = $1::int4 AND l.locktype = 'advisory' AND NOT l.granted
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid = $2::int8::oid AND l.objid = $3::int8::oid AND l.objsubid = $4::int2`,
+    params: [checkPid(pid), classid, objid, objsubid],
+  };
+}
+
+/**
+ * Ends the backend of the connection it is sent on: for an executor that cannot close one pooled
+ * connection itself, yet must never lend it again (a cancel may still be on its way to it).
+ */
+export const END_OWN_BACKEND = 'SELECT pg_terminate_backend(pg_backend_pid())';
 
 /** Which of `pids` no longer have a backend: rows of `pid`. */
 export function deadBackendsStatement(pids: readonly number[]): Statement {

@@ -1,5 +1,5 @@
 /**
- * Listening to node-postgres connections for their whole checked-out life.
+ * Listening to event-emitting driver connections (node-postgres) for their whole checked-out life.
  *
  * A `pg.Client` that loses its server emits `'error'`. With no listener, that crashes the process.
  * `pg.Pool` listens only while a client sits idle. Whoever checks one out must listen until it is
@@ -10,7 +10,7 @@
  *
  * @packageDocumentation
  */
-import type { ConnectionFate } from '@lockkit/core';
+import type { ConnectionFate } from './connection-fate.js';
 
 /** What lockkit needs to listen to a node-postgres connection. */
 export interface PgEventSourceLike {

@@ -1,0 +1,25 @@
+/**
+ * `@lockkit/core/adapter`: what adapter authors need and users never call — watching a leased
+ * connection, knowing a lost connection when they see one, cancelling a statement with the
+ * protocol's own request, and the statements an adapter may send on its own.
+ *
+ * @packageDocumentation
+ */
+
+export {
+  BackendWatch,
+  type BackendWatchOptions,
+  type RunStatement,
+  type WatchedBackend,
+} from './backend-watch.js';
+export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
+export { ConnectionFate } from './connection-fate.js';
+export { isConnectionLoss } from './connection-loss.js';
+export {
+  type ConnectionSlot,
+  guardCheckouts,
+  type PgEventSourceLike,
+  type PgPoolEventsLike,
+  slotOf,
+} from './connection-slots.js';
+export { BACKEND_PID, END_OWN_BACKEND } from './sql/locks.js';

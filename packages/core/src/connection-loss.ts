@@ -1,0 +1,50 @@
+/**
+ * The one place that decides whether a driver error means "the connection itself is gone", as
+ * opposed to "one statement failed". Every adapter and core's engine use it.
+ *
+ * @packageDocumentation
+ */
+import { sqlState } from './postgres-errors.js';
+
+/**
+ * SQLSTATEs and driver codes of a lost connection: the admin-shutdown class (57P01-57P03), the
+ * connection-exception class (08xxx), Node socket errors (ECONNRESET, EPIPE, …), postgres.js's
+ * `CONNECTION_*` codes, and Prisma's P1001 (server unreachable) and P1017 (server closed the
+ * connection).
+ */
+const LOST_CODES = /^(57P0[123]|08[0-9A-Z]{3}|E[A-Z]+|CONNECTION_[A-Z_]+|P1001|P1017)$/;
+
+/** Driver messages that carry no code (node-postgres raises plain Errors for a dead socket). */
+const LOST_MESSAGES =
+  /Connection terminated|not queryable|connection error|Client was closed|Server has closed the connection/i;
+
+/** The codes an error and what it wraps carry: its own `code`, `meta.code`, the `cause` chain. */
+function codesOf(error: unknown): string[] {
+  const codes: string[] = [];
+  const state = sqlState(error);
+  if (state !== undefined) codes.push(state);
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
+    const { code, meta } = current as { code?: unknown; meta?: { code?: unknown } };
+    if (typeof code === 'string') codes.push(code);
+    if (typeof meta?.code === 'string') codes.push(meta.code);
+    current = (current as { cause?: unknown }).cause;
+  }
+  return codes;
+}
+
+/**
+ * True when `error` means the connection is unusable (its server is gone, its socket broke), not
+ * that one statement failed.
+ */
+export function isConnectionLoss(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if (codesOf(error).some((code) => LOST_CODES.test(code))) return true;
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
+    const { message } = current as { message?: unknown };
+    if (typeof message === 'string' && LOST_MESSAGES.test(message)) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}

@@ -1,0 +1,243 @@
+/**
+ * The small context every lock module works over ({@link LockEngine}: one executor, its options,
+ * its event emitter, its pooler state), and the helpers they share: validating a call, planning
+ * it, running the task, classifying a failure.
+ *
+ * @packageDocumentation
+ */
+import { ConnectionLostError, LockkitError, TransactionExpiredError } from './errors.js';
+import type { emitter } from './events.js';
+import type { LockExecutor, QueryFn, Row } from './executor.js';
+import { LockKey } from './keys.js';
+import type {
+  JobResult,
+  LockClientOptions,
+  TaskContext,
+  TransactionLockOptions,
+} from './lock-types.js';
+import { fromPostgresError, sqlState } from './postgres-errors.js';
+import type { SessionPinning } from './session-pinning.js';
+import {
+  checkMilliseconds,
+  inlineTryLockStatement,
+  type LockMode,
+  type SettingValue,
+  SKIP_MARKER,
+} from './sql/locks.js';
+
+/** What one lock client's operations share. */
+export interface LockEngine<Tx, Session> {
+  readonly executor: LockExecutor<Tx, Session>;
+  /** Emits the client's typed events (a no-op without a listener). */
+  readonly emit: ReturnType<typeof emitter>;
+  /** One-round-trip skips requested and possible on this executor. */
+  readonly oneTripSkips: boolean;
+  /** Validated defaults of transaction-scoped calls. */
+  readonly defaults: LockClientOptions;
+  /** Direct, session pooler or transaction pooler: checked on the first session call. */
+  readonly pinning: SessionPinning;
+  /** Set once a transaction pooler has been detected under this executor. */
+  poolerDetected: boolean;
+}
+
+export const SKIPPED: JobResult<never> = Object.freeze({ executed: false });
+
+/**
+ * Recently used named keys: a cron job asks for the same (namespace, jobKey) on every tick, and
+ * hashing it again each time is the largest piece of lockkit's own work per decision.
+ */
+const NAMED_KEY_CACHE_SIZE = 1024;
+const namedKeys = new Map<string, LockKey>();
+
+export function namedKey(namespace: string, jobKey: string): LockKey {
+  if (typeof namespace !== 'string' || typeof jobKey !== 'string') {
+    return LockKey.fromNames(namespace, jobKey); // throws the typed error
+  }
+  const id = `${namespace.length}:${namespace}${jobKey}`;
+  let key = namedKeys.get(id);
+  if (!key) {
+    key = LockKey.fromNames(namespace, jobKey);
+    if (namedKeys.size >= NAMED_KEY_CACHE_SIZE) {
+      namedKeys.delete(namedKeys.keys().next().value as string);
+    }
+    namedKeys.set(id, key);
+  }
+  return key;
+}
+
+/** The plain exclusive try-lock statement of a key (no settings), built once per key. */
+const plainTryLocks = new WeakMap<LockKey, string>();
+
+export function tryLockOpening(
+  key: LockKey,
+  mode: LockMode,
+  settings: readonly SettingValue[],
+): string {
+  if (mode !== 'exclusive' || settings.length > 0)
+    return inlineTryLockStatement(key, mode, settings);
+  let text = plainTryLocks.get(key);
+  if (text === undefined) {
+    text = inlineTryLockStatement(key, mode, settings);
+    plainTryLocks.set(key, text);
+  }
+  return text;
+}
+
+/**
+ * The failure a one-round-trip try-lock raises for a lock held elsewhere: a skip, not an error.
+ * Known by its SQLSTATE and the marker, which Postgres echoes verbatim in every language (only
+ * the words and quotes around it are translated).
+ */
+export function isSkipMarker(error: unknown): boolean {
+  return (
+    sqlState(error) === '22P02' && error instanceof Error && error.message.includes(SKIP_MARKER)
+  );
+}
+
+/** Marks an error thrown by the user's task, so that it is rethrown unchanged. */
+export class TaskFailure {
+  constructor(readonly error: unknown) {}
+}
+
+export interface Plan {
+  readonly mode: LockMode;
+  readonly wait: boolean;
+  readonly timeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly settings: readonly SettingValue[];
+}
+
+export function checkTask(task: unknown): void {
+  if (typeof task !== 'function') {
+    throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
+  }
+}
+
+export function checkKey(key: unknown): LockKey {
+  if (!(key instanceof LockKey)) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'The key must be a LockKey (LockKey.fromNames, fromPair or fromBigInt).',
+    );
+  }
+  return key;
+}
+
+export function plan(options: TransactionLockOptions, transactionScope: boolean): Plan {
+  const mode = options.mode ?? 'exclusive';
+  if (mode !== 'exclusive' && mode !== 'shared') {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `mode must be 'exclusive' or 'shared', got ${String(mode)}.`,
+    );
+  }
+  const wait = options.wait ?? false;
+  if (typeof wait !== 'boolean') {
+    throw new LockkitError('OPTION_INVALID', 'wait must be a boolean.');
+  }
+  if (options.timeoutMs !== undefined && !wait) {
+    throw new LockkitError('OPTION_INVALID', 'timeoutMs only applies with wait: true.');
+  }
+  const timeoutMs =
+    options.timeoutMs === undefined
+      ? undefined
+      : checkMilliseconds(options.timeoutMs, 'timeoutMs', 1);
+  const signal = options.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new LockkitError('OPTION_INVALID', 'signal must be an AbortSignal.');
+  }
+  const settings: SettingValue[] = [];
+  if (
+    !transactionScope &&
+    (options.statementTimeoutMs !== undefined || options.idleInTransactionTimeoutMs !== undefined)
+  ) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'statement and idle timeouts apply to transaction scope only.',
+    );
+  }
+  if (options.statementTimeoutMs !== undefined) {
+    settings.push([
+      'statement_timeout',
+      checkMilliseconds(options.statementTimeoutMs, 'statementTimeoutMs', 0),
+    ]);
+  }
+  if (options.idleInTransactionTimeoutMs !== undefined) {
+    settings.push([
+      'idle_in_transaction_session_timeout',
+      checkMilliseconds(options.idleInTransactionTimeoutMs, 'idleInTransactionTimeoutMs', 0),
+    ]);
+  }
+  return { mode, wait, timeoutMs, signal, settings };
+}
+
+export function abortedError(signal: AbortSignal, cause?: unknown): LockkitError {
+  return new LockkitError(
+    'ABORTED',
+    'The operation was aborted by its signal before the lock was acquired.',
+    {
+      cause: cause ?? signal.reason,
+    },
+  );
+}
+
+export function first(rows: Row[]): Row {
+  const row = rows[0];
+  if (!row) throw new LockkitError('EXECUTOR_INVALID', 'A lock statement returned no row.');
+  return row;
+}
+
+/**
+ * Classifies a failure of one whole operation: the task's own error is rethrown unchanged unless
+ * the connection was lost (then the caller must learn that the lock went away); a lost
+ * connection becomes {@link ConnectionLostError}; a cancelled wait `ABORTED`; Postgres errors
+ * their typed error.
+ */
+export function classify(
+  error: unknown,
+  what: string,
+  context: { readonly signal: AbortSignal } | undefined,
+  caller: AbortSignal | undefined,
+): unknown {
+  const original = error instanceof TaskFailure ? error.error : error;
+  const connection = context?.signal;
+  if (connection?.aborted) {
+    const mapped = fromPostgresError(connection.reason, what);
+    if (mapped instanceof ConnectionLostError || mapped instanceof TransactionExpiredError)
+      return mapped;
+    return new ConnectionLostError(
+      `${what}: the connection holding the lock was lost; Postgres has released the lock.`,
+      { cause: original === undefined ? connection.reason : original },
+    );
+  }
+  // The task's own errors pass unchanged, except the Postgres failures that lockkit's options
+  // cause or that end the lock (timeouts, deadlock, lost connection, full lock table).
+  if (caller?.aborted && sqlState(original) === '57014') return abortedError(caller, original);
+  return fromPostgresError(original, what);
+}
+
+/** Runs the user's task with its context; its own error comes out wrapped in a TaskFailure. */
+export async function runTask<H, T>(
+  task: (handle: H, ctx: TaskContext) => Promise<T> | T,
+  handle: H,
+  key: LockKey,
+  query: QueryFn,
+  connection: { readonly signal: AbortSignal },
+  caller: AbortSignal | undefined,
+): Promise<T> {
+  // Built on first read: a task that never looks at its signal costs no AbortSignal.
+  let signal: AbortSignal | undefined;
+  const context: TaskContext = {
+    get signal() {
+      signal ??= caller ? AbortSignal.any([connection.signal, caller]) : connection.signal;
+      return signal;
+    },
+    key,
+    query,
+  };
+  try {
+    return await task(handle, context);
+  } catch (error) {
+    throw new TaskFailure(error);
+  }
+}

@@ -1,0 +1,113 @@
+/**
+ * Transaction-scoped locks: try or wait, then the task inside the lock's transaction. The result
+ * is the truth: `executed: true` only when COMMIT committed; a COMMIT that answered ROLLBACK, or
+ * whose answer was lost, rejects with its own typed error.
+ *
+ * @packageDocumentation
+ */
+import { checkCommittable, commitOutcomeUnknown } from './commit-truth.js';
+import { track } from './events.js';
+import type { Row, TransactionContext } from './executor.js';
+import type { LockKey } from './keys.js';
+import {
+  abortedError,
+  checkKey,
+  checkTask,
+  classify,
+  first,
+  isSkipMarker,
+  type LockEngine,
+  plan,
+  runTask,
+  SKIPPED,
+  tryLockOpening,
+} from './lock-engine.js';
+import type { JobResult, TransactionLockOptions, TransactionTask } from './lock-types.js';
+import { waitForLock } from './lock-wait.js';
+import { inlinePrepareStatement, oneTripTryLockStatement, type SettingValue } from './sql/locks.js';
+
+/**
+ * `withLock` (and `runExclusiveJob`) of one lock client: the task in one transaction holding the
+ * key, its result reported only once COMMIT committed.
+ */
+export async function transactionLock<Tx, Session, T>(
+  engine: LockEngine<Tx, Session>,
+  key: LockKey,
+  task: TransactionTask<Tx, T>,
+  callOptions: TransactionLockOptions = {},
+): Promise<JobResult<T>> {
+  checkKey(key);
+  checkTask(task);
+  const p = plan({ ...engine.defaults, ...callOptions }, true);
+  if (p.signal?.aborted) throw abortedError(p.signal);
+  let connection: TransactionContext<Tx> | undefined;
+
+  const settings: SettingValue[] = [...p.settings];
+  if (p.wait && p.timeoutMs !== undefined) settings.unshift(['lock_timeout', p.timeoutMs]);
+  // Waiting: first statement sets the timeouts and reports the pid; try: it takes the lock.
+  const oneTrip = engine.oneTripSkips && !p.wait;
+  const opening = p.wait
+    ? inlinePrepareStatement(settings)
+    : oneTrip
+      ? oneTripTryLockStatement(key, p.mode, settings)
+      : tryLockOpening(key, p.mode, settings);
+
+  const tracker = track(engine.emit, key, 'transaction', p.mode, p.wait);
+  // Cancels of this call's wait, sent on other connections: the call settles after them.
+  const cancels: Promise<void>[] = [];
+  // Set once the task has succeeded: what fails after it is the COMMIT.
+  let committing = false;
+  const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
+    connection = ctx;
+    if (p.wait) {
+      await waitForLock(
+        engine,
+        ctx,
+        key,
+        p,
+        first(openingRows).pid as number,
+        'transaction',
+        cancels,
+      );
+      // Got it, but the caller gave up meanwhile: the rollback releases it.
+      if (p.signal?.aborted) throw abortedError(p.signal);
+    } else if (first(openingRows).acquired !== true) {
+      tracker.skipped();
+      return SKIPPED;
+    }
+    tracker.acquired();
+    const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
+    // Where the executor cannot read COMMIT's answer, make sure COMMIT will not just roll back.
+    // (Tested here first: no extra await on the hot path of executors that read the answer.)
+    if (!engine.executor.commitReportsRollback) {
+      await checkCommittable(engine.executor, ctx.query, `lock ${key}`);
+    }
+    // A connection already lost cannot be committing: that is a rollback, not an unknown.
+    committing = !(ctx.lost ?? ctx.signal.aborted);
+    return { executed: true, result };
+  };
+
+  try {
+    const result =
+      oneTrip && engine.executor.firstThenBegin
+        ? await engine.executor.firstThenBegin(opening, body)
+        : engine.executor.pipelinedTransaction
+          ? await engine.executor.pipelinedTransaction(opening, body)
+          : await engine.executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+    if (result.executed) tracker.settled(undefined);
+    return result;
+  } catch (error) {
+    if (oneTrip && connection === undefined && isSkipMarker(error)) {
+      tracker.skipped();
+      return SKIPPED;
+    }
+    const classified =
+      (committing &&
+        commitOutcomeUnknown(error, connection?.signal.aborted === true, `lock ${key}`)) ||
+      classify(error, `lock ${key}`, connection, p.signal);
+    tracker.settled(classified);
+    throw classified;
+  } finally {
+    if (cancels.length > 0) await Promise.all(cancels);
+  }
+}
