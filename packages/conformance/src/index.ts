@@ -24,6 +24,7 @@ import { pipeliningCases } from './cases/pipelining.js';
 import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
 import { schedulerCases } from './cases/scheduler.js';
+import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
 import { sessionCases } from './cases/session.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
@@ -110,7 +111,10 @@ export function runConformance<Tx, Session>(
     );
     group('robustness', undefined, robustnessCases);
     group('leases', undefined, leaseCases);
-    group('scheduler', undefined, (a, f) => schedulerCases(a, f, options.schedulerSeconds));
+    group('scheduler', undefined, (a, f) => {
+      schedulerCases(a, f, options.schedulerSeconds);
+      schedulerLedgerCases(a, f);
+    });
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
@@ -131,6 +135,7 @@ export function runConformance<Tx, Session>(
         ['robustness', robustnessCases],
         ['leases', leaseCases],
         ['scheduler', schedulerCases],
+        ['scheduler', schedulerLedgerCases],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -173,5 +178,6 @@ function cases<Tx, Session>(
   robustnessCases(adapter, fixture);
   leaseCases(adapter, fixture);
   schedulerCases(adapter, fixture);
+  schedulerLedgerCases(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }

@@ -18,7 +18,8 @@ export interface DoctorCheck {
     | 'tcp-keepalive'
     | 'read-only'
     | 'lock-table'
-    | 'clock';
+    | 'clock'
+    | 'schedule-conflict';
   readonly level: 'ok' | 'warn' | 'fail';
   readonly message: string;
 }
@@ -37,6 +38,8 @@ export interface DoctorOptions {
   readonly lockTableWarnAbove?: number;
   /** Clock difference above which to warn, in ms (default 500). */
   readonly clockWarnMs?: number;
+  /** Schema of lockkit's tables, for the scheduler checks (default `lockkit`). */
+  readonly schema?: string;
 }
 
 const ms = (setting: unknown): number => {

@@ -76,6 +76,11 @@ export interface JobOptions {
   readonly claimTimeoutMs?: number;
   /** Lease settings in lease mode (`ttlMs`, `renewEveryMs`, `safetyMarginMs`). */
   readonly lease?: Pick<LeaseOptions, 'ttlMs' | 'renewEveryMs' | 'safetyMarginMs'>;
+  /**
+   * With `overlap: 'queue'`: how many ticks of the job may wait in the ledger at once. A tick
+   * beyond it is recorded SKIPPED_OVERLAP with a `queue-full` event. Default 100.
+   */
+  readonly queueLimit?: number;
 }
 
 /** What every run is told. */
@@ -131,7 +136,21 @@ export type SchedulerEvent =
       readonly tick: Date;
       readonly error: LeaseLostError;
     }
-  | { readonly type: 'error'; readonly job: string; readonly tick: Date; readonly error: unknown };
+  | { readonly type: 'error'; readonly job: string; readonly tick: Date; readonly error: unknown }
+  | { readonly type: 'queue-full'; readonly job: string; readonly tick: Date }
+  | {
+      readonly type: 'schedule-conflict';
+      readonly job: string;
+      /** Every live registration of the job in this namespace, this instance's included. */
+      readonly schedules: readonly ScheduleRegistration[];
+    };
+
+/** One instance's registration of a job, as the ledger's schedules table holds it. */
+export interface ScheduleRegistration {
+  readonly owner: string;
+  readonly cron: string;
+  readonly timezone: string;
+}
 
 /** The type names of {@link SchedulerEvent}. */
 export type SchedulerEventType = SchedulerEvent['type'];
@@ -162,6 +181,11 @@ export interface SchedulerOptions {
    * about to run it. Must exceed your largest clock skew. Default 2000.
    */
   readonly catchUpGraceMs?: number;
+  /**
+   * Scopes job names: schedulers with different namespaces in one schema share neither ledger
+   * rows nor locks. Default: none (the scope every scheduler without one shares).
+   */
+  readonly namespace?: string;
 }
 
 interface Job<Tx> {
@@ -415,6 +439,17 @@ export class Scheduler<Tx> {
     if ((await Promise.race([all, timeout])) === 'timeout')
       return { stillRunning: this.running.size };
     return { stillRunning: 0 };
+  }
+
+  /**
+   * Runs one tick of a registered job now, exactly as its timer would (claim, catch-up, run,
+   * record), and resolves when this node is done with it. For tests and operators: ticks fire
+   * without waiting for the clock. Rejects with `OPTION_INVALID` for an unknown job.
+   */
+  async runTick(name: string, tick: Date): Promise<void> {
+    const job = this.jobs.get(name);
+    if (!job) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
+    await this.fire(job, tick);
   }
 
   private emit(event: SchedulerEvent): void {
