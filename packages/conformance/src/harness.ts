@@ -59,6 +59,7 @@ export type ConformanceCaseId =
   | 'scheduler.graceful-stop'
   | 'scheduler.worker-processes'
   | 'scheduler.runner-dies-not-skipped'
+  | 'scheduler.lease-runner-dies'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'

@@ -9,6 +9,7 @@ import {
   createScheduler,
   doctor,
   type LockClient,
+  type LockExecutor,
   type LockkitEvent,
   type Scheduler,
   type SchedulerEvent,
@@ -113,6 +114,75 @@ export function schedulerLedgerCases<Tx, Session>(
           `SELECT worker FROM "${schema}".executions`,
         );
         expect(ran.map((r) => r.worker)).toEqual(['b']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-runner-dies',
+    'lease mode: a tick whose runner died mid-run (its lease expired under it) is run once by a surviving node, not abandoned',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const started = gate();
+        const lost = gate();
+        // A process that dies: every database call it makes from now on fails.
+        const base = f.newInstance(3).executor;
+        let dead = false;
+        const dying: LockExecutor<Tx, Session> = {
+          name: base.name,
+          transaction: (fn) =>
+            dead ? Promise.reject(new Error('the process is dead')) : base.transaction(fn),
+        };
+        const a = createScheduler(createLockClient(dying, { schema }), {
+          owner: 'a',
+          now: clock.now,
+          catchUpGraceMs: 0,
+        });
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            started.open();
+            await aborted(run.signal, 20_000);
+            lost.open();
+          },
+          { mode: 'lease', lease: { ttlMs: 1000 } },
+        );
+        const ran: string[] = [];
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 });
+        b.register(
+          'job',
+          '* * * * * *',
+          (run) => {
+            ran.push(`${(run.tick.getTime() - BASE) / 1000} attempt ${run.attempt}`);
+          },
+          { mode: 'lease', lease: { ttlMs: 1000 } },
+        );
+        const aRun = a.runTick('job', at(0));
+        await started.promise;
+        await b.runTick('job', at(0)); // A is alive and running it: nothing to do, nothing recorded
+        expect(ran).toEqual([]);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['RUNNING']);
+        dead = true;
+        await lost.promise; // A's renewals fail: its lease is lost at its local deadline
+        await aRun;
+        const expired = await f.observer.until(
+          async () =>
+            (
+              await f.observer.query<{ gone: boolean }>(
+                `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
+              )
+            )[0]?.gone === true,
+          10_000,
+        );
+        expect(expired, "A's lease expired in the database").toBe(true);
+        await b.runTick('job', at(0));
+        await b.runTick('job', at(0)); // once only
+        expect(ran).toEqual(['0 attempt 1']);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
         await Promise.all([a.stop(), b.stop()]);
       }),
     30_000,
