@@ -234,7 +234,7 @@ export function recordTicksStatement(
   return {
     text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, owner, finished_at, schedule_hash)
            SELECT $1::text, $2::text, t::timestamptz, $4::text, $5::text, now(), $6::text
-             FROM json_array_elements_text($3::json) AS t
+             FROM json_array_elements_text($3::text::json) AS t
            ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
     params: [namespace, job, JSON.stringify(ticks.map(iso)), status, owner, hash],
   };
