@@ -70,6 +70,8 @@ export const MIGRATIONS: readonly Migration[] = [
       `ALTER TABLE $schema.runs ADD CONSTRAINT runs_status_check CHECK (status IN
          ('PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'SKIPPED_OVERLAP', 'MISSED', 'ABANDONED'))`,
       `CREATE INDEX runs_pending ON $schema.runs (namespace, job, tick) WHERE status = 'PENDING'`,
+      // Readers that go by job across namespaces (inspect, the dashboard) keep their index.
+      'CREATE INDEX runs_job_tick ON $schema.runs (job, tick)',
       `COMMENT ON COLUMN $schema.runs.retry_at IS
          'PENDING rows (a retry, a queued tick, a tick given back): due to run from this instant'`,
       `CREATE TABLE $schema.schedules (
