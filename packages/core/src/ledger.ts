@@ -20,6 +20,7 @@ import type { LockKey } from './keys.js';
 import type { Statement } from './sql/locks.js';
 import {
   claimTickStatement,
+  conflictingSchedulesStatement,
   deregisterSchedulesStatement,
   finishTickStatement,
   giveBackAbandonedStatement,
@@ -304,6 +305,16 @@ export class Ledger {
       timezone: String(r.timezone),
       hash: String(r.schedule_hash),
     }));
+  }
+
+  /** Names of jobs in this namespace that live instances registered under different schedules. */
+  async conflictedJobs(query: QueryFn): Promise<Set<string>> {
+    const s = conflictingSchedulesStatement(
+      this.scope.schema,
+      REGISTRATION_LIVE_MS,
+      this.scope.namespace,
+    );
+    return new Set((await rowsOf(query, s)).map((r) => String(r.job)));
   }
 
   /** Keeps this instance's registrations live. */

@@ -289,6 +289,8 @@ export class Scheduler<Tx> {
   private started = false;
   private pruneTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
+  /** Whether this instance's registrations are in the ledger (else the heartbeat retries them). */
+  private announced = false;
 
   /** @internal use {@link createScheduler} */
   constructor(
@@ -443,15 +445,22 @@ export class Scheduler<Tx> {
 
   /**
    * Starts firing ticks. The ledger tables must exist (`locks.migrate()`). First registers each
-   * job's schedule in the ledger and reports a `schedule-conflict` for a job that another live
-   * instance registered under a different schedule.
+   * job's schedule in the ledger (refreshed every minute) and reports a `schedule-conflict` for a
+   * job that another live instance registered under a different schedule. A database that cannot
+   * be reached does not make start() fail: the ticks report `error` events, and the registrations
+   * are retried a minute later.
    */
   async start(): Promise<void> {
     if (this.stopping.signal.aborted)
       throw new LockkitError('OPTION_INVALID', 'a stopped scheduler cannot start again.');
     if (this.started) return;
     this.started = true;
-    await this.announce([...this.jobs.values()]);
+    // A database that is down at start-up is reported by the ticks' `error` events; the
+    // registrations are retried with the next heartbeat.
+    this.announced = await this.announce([...this.jobs.values()]).then(
+      () => true,
+      () => false,
+    );
     for (const job of this.jobs.values()) this.schedule(job);
     this.heartbeatTimer = setInterval(() => void this.heartbeat().catch(() => {}), HEARTBEAT_MS);
     this.heartbeatTimer.unref();
@@ -550,10 +559,21 @@ export class Scheduler<Tx> {
     }
   }
 
+  /** Refreshes the registrations (or makes them, if start() could not) and looks for conflicts. */
   private async heartbeat(): Promise<void> {
-    await this.query((q) => this.ledger.heartbeat(q));
-    for (const job of this.jobs.values())
-      this.reportConflict(job, await this.query((q) => this.ledger.registrations(q, job)));
+    if (!this.announced) {
+      await this.announce([...this.jobs.values()]);
+      this.announced = true;
+      return;
+    }
+    const conflicted = await this.query(async (q) => {
+      await this.ledger.heartbeat(q);
+      return this.ledger.conflictedJobs(q);
+    });
+    for (const job of this.jobs.values()) {
+      if (!conflicted.has(job.name)) job.conflict = undefined;
+      else this.reportConflict(job, await this.query((q) => this.ledger.registrations(q, job)));
+    }
   }
 
   private reportConflict(

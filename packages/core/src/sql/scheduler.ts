@@ -351,19 +351,23 @@ export function deregisterSchedulesStatement(
 }
 
 /**
- * Jobs registered live (heartbeat within `liveMs`) under more than one schedule, across every
- * namespace: `namespace`, `job`, `schedules` (text). `$1` is the schema's unquoted name: no rows
- * when it has no schedules table.
+ * Jobs registered live (heartbeat within `liveMs`) under more than one schedule, in `namespace`
+ * or (null) across every namespace: `namespace`, `job`, `schedules` (text).
  */
-export function conflictingSchedulesStatement(schema: string, liveMs: number): Statement {
+export function conflictingSchedulesStatement(
+  schema: string,
+  liveMs: number,
+  namespace: string | null = null,
+): Statement {
   return {
     text: `SELECT namespace, job,
                   string_agg(DISTINCT format('%s (%s) by %s', cron, timezone, owner), '; ') AS schedules
              FROM ${schema}.schedules
             WHERE heartbeat_at > now() - $1::float8 * interval '1 millisecond'
+              AND ($2::text IS NULL OR namespace = $2::text)
             GROUP BY namespace, job HAVING count(DISTINCT schedule_hash) > 1
             ORDER BY namespace, job`,
-    params: [liveMs],
+    params: [liveMs, namespace],
   };
 }
 
