@@ -152,7 +152,7 @@ export interface ScheduleRegistration {
 /** The type names of {@link SchedulerEvent}. */
 export type SchedulerEventType = SchedulerEvent['type'];
 
-/** Every outcome of a scheduled tick (all event types but infrastructure `error`s). */
+/** Every outcome of a scheduled tick (all event types but infrastructure `error`s and `schedule-conflict`). */
 export const SCHEDULER_OUTCOMES = [
   'ran',
   'failed',
@@ -160,6 +160,7 @@ export const SCHEDULER_OUTCOMES = [
   'skipped-done',
   'missed',
   'lease-lost',
+  'queue-full',
 ] as const satisfies readonly SchedulerEventType[];
 
 /** Options of a scheduler. */
