@@ -262,60 +262,67 @@ export function schedulerLedgerCases<Tx, Session>(
 
   test(
     'scheduler.queue-in-ledger',
-    "overlap 'queue': waiting ticks are in the ledger and hold no connection, the queue is bounded, and they run in order once",
+    "overlap 'queue', in transaction and lease mode: waiting ticks are in the ledger and hold no connection, the queue is bounded, and they run in order once",
     () =>
       withSchema(async (schema) => {
         const f = fixture();
-        const clock = handClock(1);
-        const started = gate();
-        const release = gate();
-        const ran: number[] = [];
-        const events: SchedulerEvent[] = [];
-        const instance = f.newInstance(3);
-        const s = createScheduler(createLockClient(instance.executor, { schema }), {
-          now: clock.now,
-          catchUpGraceMs: 0,
-        });
-        s.register(
-          'job',
-          '* * * * * *',
-          async (run) => {
-            ran.push((run.tick.getTime() - BASE) / 1000);
-            if (run.tick.getTime() === at(1).getTime()) {
-              started.open();
-              await release.promise;
-            }
-          },
-          { overlap: 'queue', claimTimeoutMs: 200, queueLimit: 2 },
-        );
-        for (const type of ['queue-full', 'missed', 'skipped-held', 'error'] as const)
-          s.on(type, (e) => events.push(e));
-        const first = s.runTick('job', at(1));
-        await started.promise;
-        const queued = [s.runTick('job', at(2)), s.runTick('job', at(3))];
-        // A failed expectation must not leave the first run's transaction open under the schema.
-        try {
-          const inLedger = await f.observer.until(
-            async () =>
-              (await rows(schema, 'job')).filter((r) => r.status === 'PENDING').length === 2,
-            3000,
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clock = handClock(1);
+          const started = gate();
+          const release = gate();
+          const ran: number[] = [];
+          const events: SchedulerEvent[] = [];
+          const instance = f.newInstance(3);
+          const s = createScheduler(createLockClient(instance.executor, { schema }), {
+            now: clock.now,
+            catchUpGraceMs: 0,
+          });
+          s.register(
+            job,
+            '* * * * * *',
+            async (run) => {
+              ran.push((run.tick.getTime() - BASE) / 1000);
+              if (run.tick.getTime() === at(1).getTime()) {
+                started.open();
+                await release.promise;
+              }
+            },
+            { mode, overlap: 'queue', claimTimeoutMs: 200, queueLimit: 2 },
           );
-          expect(inLedger, 'queued ticks 2 and 3 are in the ledger while they wait').toBe(true);
-          // Only the running tick holds a connection.
-          if (instance.checkedOut) expect(await instance.checkedOut()).toBeLessThanOrEqual(1);
-          clock.set(4);
-          await s.runTick('job', at(4)); // the queue is full
-          expect(events.map((e) => e.type)).toEqual(['queue-full']);
-          expect(await statusOf(schema, 'job', at(4))).toEqual(['SKIPPED_OVERLAP']);
-        } finally {
-          release.open();
-          await first;
-          await Promise.all(queued);
-          await s.stop();
+          for (const type of ['queue-full', 'missed', 'skipped-held', 'error'] as const)
+            s.on(type, (e) => events.push(e));
+          const first = s.runTick(job, at(1));
+          await started.promise;
+          const queued = [s.runTick(job, at(2)), s.runTick(job, at(3))];
+          // A failed expectation must not leave the first run's transaction open under the schema.
+          try {
+            const inLedger = await f.observer.until(
+              async () =>
+                (await rows(schema, job)).filter((r) => r.status === 'PENDING').length === 2,
+              3000,
+            );
+            expect(
+              inLedger,
+              `${mode}: queued ticks 2 and 3 are in the ledger while they wait`,
+            ).toBe(true);
+            await Promise.all(queued); // this node is done with them: they wait in the ledger
+            // Only the running tick holds a connection (in lease mode, none).
+            if (instance.checkedOut) expect(await instance.checkedOut()).toBeLessThanOrEqual(1);
+            clock.set(4);
+            await s.runTick(job, at(4)); // the queue is full
+            expect(events.map((e) => e.type)).toEqual(['queue-full']);
+            expect(await statusOf(schema, job, at(4))).toEqual(['SKIPPED_OVERLAP']);
+          } finally {
+            release.open();
+            await first;
+            await Promise.all(queued);
+            await s.stop();
+          }
+          expect(ran, mode).toEqual([1, 2, 3]);
+          for (const t of [1, 2, 3])
+            expect(await statusOf(schema, job, at(t))).toEqual(['SUCCEEDED']);
         }
-        expect(ran).toEqual([1, 2, 3]);
-        for (const t of [1, 2, 3])
-          expect(await statusOf(schema, 'job', at(t))).toEqual(['SUCCEEDED']);
       }),
     30_000,
   );
