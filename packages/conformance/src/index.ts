@@ -25,6 +25,7 @@ import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
 import { schedulerCases } from './cases/scheduler.js';
 import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
+import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
@@ -111,10 +112,7 @@ export function runConformance<Tx, Session>(
     );
     group('robustness', undefined, robustnessCases);
     group('leases', undefined, leaseCases);
-    group('scheduler', undefined, (a, f) => {
-      schedulerCases(a, f, options.schedulerSeconds);
-      schedulerLedgerCases(a, f);
-    });
+    group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, options.schedulerSeconds));
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
@@ -134,8 +132,7 @@ export function runConformance<Tx, Session>(
         ['pipelining', pipeliningCases],
         ['robustness', robustnessCases],
         ['leases', leaseCases],
-        ['scheduler', schedulerCases],
-        ['scheduler', schedulerLedgerCases],
+        ['scheduler', allSchedulerCases],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -177,7 +174,17 @@ function cases<Tx, Session>(
   pipeliningCases(adapter, fixture);
   robustnessCases(adapter, fixture);
   leaseCases(adapter, fixture);
-  schedulerCases(adapter, fixture);
-  schedulerLedgerCases(adapter, fixture);
+  allSchedulerCases(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
+}
+
+/** The scheduler group: its behaviour cases, its timing cases, then its ledger-protocol cases. */
+function allSchedulerCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+  workerSeconds?: number,
+): void {
+  schedulerCases(adapter, fixture, workerSeconds);
+  schedulerTimingCases(adapter, fixture);
+  schedulerLedgerCases(adapter, fixture);
 }

@@ -1,3 +1,10 @@
+export {
+  type Clock,
+  type ClockTimer,
+  MAX_TIMER_MS,
+  SimulatedClock,
+  systemClock,
+} from './clock.js';
 export { ConnectionFate } from './connection-fate.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export {
@@ -83,6 +90,8 @@ export {
   createScheduler,
   type JobHandler,
   type JobOptions,
+  type LeaseJobHandler,
+  type LeaseJobOptions,
   type LeaseRun,
   type OverlapPolicy,
   type RunInfo,
@@ -93,6 +102,8 @@ export {
   type SchedulerEvent,
   type SchedulerEventType,
   type SchedulerOptions,
+  type TransactionJobHandler,
+  type TransactionJobOptions,
   type TransactionRun,
 } from './scheduler.js';
 export {

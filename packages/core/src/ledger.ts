@@ -86,11 +86,12 @@ export interface Registration {
 }
 
 /**
- * The hash stored with every ledger row: which schedule (cron expression and time zone) the tick
- * belongs to. Catch-up judges only ticks of the job's current schedule.
+ * The hash stored with every ledger row: which schedule (cron expression, time zone, and
+ * `domAndDow` when set) the tick belongs to. Catch-up judges only ticks of the job's current schedule.
  */
-export function scheduleHash(cron: string, timezone: string): string {
-  return createHash('sha256').update(`${timezone}\n${cron}`).digest('hex').slice(0, 16);
+export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
+  const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
+  return createHash('sha256').update(reading).digest('hex').slice(0, 16);
 }
 
 const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);

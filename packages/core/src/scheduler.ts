@@ -13,9 +13,12 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { Cron } from 'croner';
+import type { Cron } from 'croner';
+import { type Clock, type ClockTimer, systemClock } from './clock.js';
+import { parseSchedule, scheduleIdentity } from './cron-schedule.js';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
+import { jobKey } from './job-name.js';
 import { LockKey } from './keys.js';
 import {
   type ClaimedLease,
@@ -27,6 +30,7 @@ import {
 } from './lease.js';
 import { Ledger, type LedgerJob, type RunRecord, scheduleHash } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
+import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
@@ -38,6 +42,7 @@ import {
   RUN_SETTINGS,
   SAVEPOINT,
 } from './sql/scheduler.js';
+import { TickTimer } from './tick-timer.js';
 
 export { SCHEDULER_NAMESPACE };
 
@@ -67,8 +72,17 @@ export interface JobOptions {
   readonly retryDelayMs?: number;
   /** Longest a run may take: its signal aborts then (and, in transaction mode, statement_timeout). */
   readonly timeoutMs?: number;
-  /** Fire each tick after a random delay of up to this many ms, to spread load. Default 0. */
+  /**
+   * Fire each tick after a random delay below this many ms, to spread load. Default 0. Must be
+   * below the schedule's smallest gap between two ticks (checked over its next 1,000 ticks).
+   */
   readonly jitterMs?: number;
+  /**
+   * When both day-of-month and day-of-week are restricted (`0 9 1-7 * 1`): `false` (default,
+   * croner and Vixie cron) fires on a day matching *either*; `true` only on a day matching
+   * *both* — node-cron's meaning ("the first Monday").
+   */
+  readonly domAndDow?: boolean;
   /** Longest a node waits for the job's lock before treating the tick as overlapping. Default 5000. */
   readonly claimTimeoutMs?: number;
   /** Lease settings in lease mode (`ttlMs`, `renewEveryMs`, `safetyMarginMs`). */
@@ -87,6 +101,10 @@ export interface RunInfo {
   readonly tick: Date;
   /** 1 for the first attempt, 2 for the first retry, … */
   readonly attempt: number;
+  /** How late the handler started, in ms after {@link RunInfo.tick} (on the scheduler's clock). */
+  readonly lateMs: number;
+  /** `true` when this tick is run by catch-up (nobody ran it when it was due), not by its own timer. */
+  readonly catchUp: boolean;
   /** Aborted on connection or lease loss, on `timeoutMs`, and on `stop()`. */
   readonly signal: AbortSignal;
 }
@@ -104,8 +122,24 @@ export interface LeaseRun<Tx> extends RunInfo {
   readonly lease: LeaseContext<Tx>;
 }
 
-/** A job's handler. */
+/** A job's handler, either mode (check `run.mode`). */
 export type JobHandler<Tx> = (run: TransactionRun<Tx> | LeaseRun<Tx>) => Promise<unknown> | unknown;
+
+/** A transaction-mode job's handler: `run.tx` and `run.query` without a `run.mode` check. */
+export type TransactionJobHandler<Tx> = (run: TransactionRun<Tx>) => Promise<unknown> | unknown;
+
+/** A lease-mode job's handler: `run.lease` without a `run.mode` check. */
+export type LeaseJobHandler<Tx> = (run: LeaseRun<Tx>) => Promise<unknown> | unknown;
+
+/** Options of a transaction-mode job: `mode` omitted or `'transaction'`. */
+export interface TransactionJobOptions extends JobOptions {
+  readonly mode?: 'transaction';
+}
+
+/** Options of a lease-mode job: `mode: 'lease'`. */
+export interface LeaseJobOptions extends JobOptions {
+  readonly mode: 'lease';
+}
 
 /** Every outcome the scheduler reports. */
 export type SchedulerEvent =
@@ -167,7 +201,12 @@ export const SCHEDULER_OUTCOMES = [
 export interface SchedulerOptions {
   /** Who runs the jobs, stored in the ledger. Default `host:pid:random`. */
   readonly owner?: string;
-  /** The clock, in ms since the epoch. Default `Date.now` — tests pass a skewed one. */
+  /**
+   * Where ticks are timed: the time, and timers. Default the system clock; tests pass a
+   * {@link SimulatedClock} to run years of schedule in moments.
+   */
+  readonly clock?: Clock;
+  /** Overrides the clock's time, in ms since the epoch (tests pass a skewed `Date.now`). */
   readonly now?: () => number;
   /**
    * Ledger rows older than this are deleted (the latest row of each job is always kept).
@@ -204,8 +243,7 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer?: NodeJS.Timeout;
-  lastTick: number;
+  timer?: TickTimer;
   /** The last conflict reported, so that one conflict is reported once. */
   conflict?: string | undefined;
 }
@@ -219,6 +257,9 @@ interface TickOutcome {
 }
 
 const NOTHING: TickOutcome = { catchUp: [], ran: false };
+
+/** Why a node attempts a tick: its own timer, catch-up, or a PENDING row of the ledger that is due. */
+type TickSource = 'timer' | 'catch-up' | 'pending';
 
 /** How often registrations are refreshed, and conflicts looked for again. */
 const HEARTBEAT_MS = 60_000;
@@ -277,9 +318,10 @@ export class Scheduler<Tx> {
   private readonly schedules = new Map<string, Cron>();
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
-  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  private readonly retryTimers = new Set<ClockTimer>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
+  private readonly clock: Clock;
   private readonly now: () => number;
   private readonly retentionMs: number;
   private readonly graceMs: number;
@@ -300,7 +342,11 @@ export class Scheduler<Tx> {
   ) {
     this.schema = quoteIdentifier(locks.schema);
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    this.now = options.now ?? Date.now;
+    const clock = options.clock ?? systemClock;
+    const now = options.now;
+    this.clock =
+      now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
+    this.now = () => this.clock.now();
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
@@ -328,11 +374,33 @@ export class Scheduler<Tx> {
   }
 
   /**
-   * Registers a job. Fails at once on a duplicate name, a name whose lock key collides with another
-   * job's, an invalid cron expression (seconds field optional) or time zone, or bad options.
+   * Registers a job. Fails at once on a duplicate name, a name the ledger cannot store (NUL, a lone
+   * surrogate, over 1 KiB), a name whose lock key collides with another job's, an invalid cron
+   * expression (seconds field optional) or time zone, a `jitterMs` not below the schedule's
+   * smallest gap, or bad options. A transaction-mode handler gets a {@link TransactionRun}.
    */
-  register(name: string, cron: string, handler: JobHandler<Tx>, options: JobOptions = {}): this {
-    const key = LockKey.fromNames(this.lockNamespace, name);
+  register(
+    name: string,
+    cron: string,
+    handler: TransactionJobHandler<Tx>,
+    options?: TransactionJobOptions,
+  ): this;
+  /** Registers a lease-mode job: its handler gets a {@link LeaseRun}. */
+  register(
+    name: string,
+    cron: string,
+    handler: LeaseJobHandler<Tx>,
+    options: LeaseJobOptions,
+  ): this;
+  /** Registers a job whose mode is known only at run time: the handler checks `run.mode`. */
+  register(name: string, cron: string, handler: JobHandler<Tx>, options?: JobOptions): this;
+  register(
+    name: string,
+    cron: string,
+    handler: JobHandler<Tx> | TransactionJobHandler<Tx> | LeaseJobHandler<Tx>,
+    options: JobOptions = {},
+  ): this {
+    const key = jobKey(this.lockNamespace, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
@@ -354,15 +422,12 @@ export class Scheduler<Tx> {
         'OPTION_INVALID',
         `job "${name}": the cron expression must be a string.`,
       );
-    const scheduleId = `${options.timezone ?? ''}\u0000${cron}`;
+    if (options.domAndDow !== undefined && typeof options.domAndDow !== 'boolean')
+      throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
+    const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
+    const scheduleId = scheduleIdentity(cron, reading);
     try {
-      parsed =
-        this.schedules.get(scheduleId) ??
-        new Cron(cron, {
-          paused: true,
-          ...(options.timezone !== undefined && { timezone: options.timezone }),
-        });
-      parsed.nextRun(); // an impossible time zone only shows here
+      parsed = this.schedules.get(scheduleId) ?? parseSchedule(cron, reading);
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -389,15 +454,27 @@ export class Scheduler<Tx> {
     const lease = { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
     const timezone = options.timezone ?? 'UTC';
+    const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
+    // Croner's resolution is 1 s: a jitter below it needs no look at the schedule.
+    if (jitterMs >= 1000) {
+      const gap = minimumGapMs(parsed, new Date(this.now()));
+      if (jitterMs >= gap) {
+        throw new LockkitError(
+          'OPTION_INVALID',
+          `job "${name}": jitterMs ${jitterMs} must be below the smallest gap between two ticks of "${cron}" (${gap} ms): a jittered tick would be pushed past the next one.`,
+        );
+      }
+    }
     this.jobs.set(name, {
       name,
-      hash: scheduleHash(cron, timezone),
+      hash: scheduleHash(cron, timezone, options.domAndDow === true),
       key,
       nameHash: createHash('sha256').update(name).digest('hex').slice(0, 24),
       cron: parsed,
       cronText: cron,
       timezone,
-      handler,
+      // The overloads tie the handler's run type to `mode`, the run it gets here.
+      handler: handler as JobHandler<Tx>,
       mode,
       overlap,
       catchUp,
@@ -405,11 +482,10 @@ export class Scheduler<Tx> {
       retryDelayMs: count(options.retryDelayMs, 'retryDelayMs', 0, 1000),
       timeoutMs:
         options.timeoutMs === undefined ? undefined : count(options.timeoutMs, 'timeoutMs', 1, 1),
-      jitterMs: count(options.jitterMs, 'jitterMs', 0, 0),
+      jitterMs,
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
-      lastTick: 0,
     });
     this.jobByKey.set(keyId, name);
     this.schedules.set(scheduleId, parsed);
@@ -485,8 +561,8 @@ export class Scheduler<Tx> {
     options: { readonly timeoutMs?: number } = {},
   ): Promise<{ readonly stillRunning: number }> {
     this.stopping.abort(new LockkitError('ABORTED', 'the scheduler is stopping'));
-    for (const job of this.jobs.values()) clearTimeout(job.timer);
-    for (const timer of this.retryTimers) clearTimeout(timer);
+    for (const job of this.jobs.values()) job.timer?.stop();
+    for (const timer of this.retryTimers) timer.cancel();
     this.retryTimers.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
@@ -524,21 +600,15 @@ export class Scheduler<Tx> {
     }
   }
 
+  /** Fires the job's ticks from now on (see {@link TickTimer}: capped sleeps, jitter-safe). */
   private schedule(job: Job<Tx>): void {
     if (this.stopping.signal.aborted) return;
-    const now = this.now();
-    const next = job.cron.nextRun(new Date(Math.max(now, job.lastTick)));
-    if (!next) return; // a schedule with no future ticks
-    const tick = next.getTime();
-    const jitter = job.jitterMs > 0 ? Math.floor(Math.random() * job.jitterMs) : 0;
-    job.timer = setTimeout(
-      () => {
-        job.lastTick = tick;
-        this.track(this.fire(job, new Date(tick)));
-        this.schedule(job);
-      },
-      Math.max(0, tick - now) + jitter,
-    );
+    job.timer = new TickTimer(job.cron, {
+      clock: this.clock,
+      jitterMs: job.jitterMs,
+      onTick: (tick) => this.track(this.fire(job, tick)),
+    });
+    job.timer.start();
   }
 
   private track(work: Promise<void>): void {
@@ -605,11 +675,11 @@ export class Scheduler<Tx> {
    */
   private async fire(job: Job<Tx>, tick: Date): Promise<void> {
     try {
-      const outcome = await this.runOne(job, tick, true);
+      const outcome = await this.runOne(job, tick, 'timer');
       let ran = outcome.ran;
       for (const missedTick of outcome.catchUp) {
         if (this.stopping.signal.aborted) return;
-        ran = (await this.runOne(job, missedTick, false)).ran || ran;
+        ran = (await this.runOne(job, missedTick, 'catch-up')).ran || ran;
       }
       if (ran) await this.drain(job);
     } catch (error) {
@@ -624,14 +694,23 @@ export class Scheduler<Tx> {
       const due = await this.query((q) => this.ledger.nextDue(q, job, new Date(this.now())));
       if (!due || tried.has(due.getTime())) return;
       tried.add(due.getTime());
-      if (!(await this.runOne(job, due, false)).ran) return;
+      if (!(await this.runOne(job, due, 'pending')).ran) return;
     }
   }
 
-  private runOne(job: Job<Tx>, tick: Date, judge: boolean): Promise<TickOutcome> {
+  /**
+   * One attempt at `tick`: fired by its `timer` (then catch-up judges the ticks before it), run by
+   * `catch-up`, or a `pending` tick of the ledger (queued, a retry, given back).
+   */
+  private runOne(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     return job.mode === 'transaction'
-      ? this.runInTransaction(job, tick, judge)
-      : this.runInLease(job, tick, judge);
+      ? this.runInTransaction(job, tick, how)
+      : this.runInLease(job, tick, how);
+  }
+
+  /** How long after its tick a run starts, on this scheduler's clock. */
+  private lateMs(tick: Date): number {
+    return Math.max(0, this.now() - tick.getTime());
   }
 
   /** The run's signal: the connection's or lease's, the job timeout, and stop(). */
@@ -648,16 +727,13 @@ export class Scheduler<Tx> {
       : { kind: 'failed', error };
   }
 
-  /** Fires `tick` again when its retry is due (other nodes find it in the ledger too). */
+  /** Fires `tick` again when its retry is due, on the scheduler's clock (other nodes find it in the ledger too). */
   private retryLater(job: Job<Tx>, tick: Date, record: RunRecord): void {
     if (record.kind !== 'retry' || this.stopping.signal.aborted) return;
-    const timer = setTimeout(
-      () => {
-        this.retryTimers.delete(timer);
-        this.track(this.fire(job, tick));
-      },
-      Math.max(0, record.retryAt.getTime() - this.now()),
-    );
+    const timer = this.clock.setTimer(Math.max(0, record.retryAt.getTime() - this.now()), () => {
+      this.retryTimers.delete(timer);
+      this.track(this.fire(job, tick));
+    });
     this.retryTimers.add(timer);
   }
 
@@ -712,7 +788,7 @@ export class Scheduler<Tx> {
     return run;
   }
 
-  private async runInTransaction(job: Job<Tx>, tick: Date, judge: boolean): Promise<TickOutcome> {
+  private async runInTransaction(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
     const handlerTimeout = job.timeoutMs ?? this.locks.statementTimeoutMs;
     for (;;) {
@@ -732,7 +808,9 @@ export class Scheduler<Tx> {
             if (state.kind !== 'free' && state.kind !== 'due')
               return { kind: 'done' as const, catchUp: [] };
             const catchUp =
-              state.kind === 'free' && judge ? await this.catchUp(job, tick, ctx.query) : [];
+              state.kind === 'free' && how === 'timer'
+                ? await this.catchUp(job, tick, ctx.query)
+                : [];
             const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
             if (attempt === undefined) return { kind: 'done' as const, catchUp };
             claimed = true;
@@ -750,6 +828,8 @@ export class Scheduler<Tx> {
                 job: job.name,
                 tick,
                 attempt,
+                lateMs: this.lateMs(tick),
+                catchUp: how === 'catch-up',
                 signal: this.runSignal(job, ctx.signal),
               });
             } catch (error) {
@@ -819,7 +899,7 @@ export class Scheduler<Tx> {
     }
   }
 
-  private async runInLease(job: Job<Tx>, tick: Date, judge: boolean): Promise<TickOutcome> {
+  private async runInLease(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const schema = this.schema;
     const settings = leaseSettings(job.lease);
     for (;;) {
@@ -834,7 +914,9 @@ export class Scheduler<Tx> {
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
               return { kind: 'done' as const };
             const catchUp =
-              state.kind === 'free' && judge ? await this.catchUp(job, tick, ctx.query) : [];
+              state.kind === 'free' && how === 'timer'
+                ? await this.catchUp(job, tick, ctx.query)
+                : [];
             const lease = await claimLease(
               ctx.query,
               schema,
@@ -897,6 +979,8 @@ export class Scheduler<Tx> {
               job: job.name,
               tick,
               attempt,
+              lateMs: this.lateMs(tick),
+              catchUp: how === 'catch-up',
               signal: this.runSignal(job, context.signal),
             }),
           {

@@ -1,0 +1,116 @@
+/**
+ * When a job's ticks fire on one node: the scheduler's due-tick path, free of any database.
+ *
+ * The next tick is always computed from the previous *scheduled* tick, never from when a
+ * (jittered, delayed) timer fired, so jitter and a slow event loop never drop a tick. Long waits
+ * (a yearly job) are slept in steps of at most {@link MAX_TIMER_MS} and re-checked against the
+ * clock after each step, so a delay never overflows `setTimeout`.
+ *
+ * @packageDocumentation
+ */
+import { type Clock, type ClockTimer, MAX_TIMER_MS } from './clock.js';
+
+/** What a tick timer needs of a schedule: croner's `nextRun` (strictly after `after`). */
+export interface TickSchedule {
+  nextRun(after: Date): Date | null;
+}
+
+/** Options of a {@link TickTimer}. */
+export interface TickTimerOptions {
+  /** Where the time comes from and how to wait. */
+  readonly clock: Clock;
+  /** Called for each due tick, once, at or after `tick + jitter`. Must not throw. */
+  readonly onTick: (tick: Date) => void;
+  /** Each tick fires after a random extra delay below this (ms). Default 0. */
+  readonly jitterMs?: number;
+  /** Random numbers in [0, 1) for the jitter. Default `Math.random`. */
+  readonly random?: () => number;
+  /**
+   * A tick found later than this past its jittered time (the event loop stalled, the machine
+   * slept, the clock jumped) is not fired: it is left to catch-up, which judges it by policy.
+   * Default 60 000.
+   */
+  readonly maxLateMs?: number;
+  /** The longest single timer step, ≤ {@link MAX_TIMER_MS} (the default). */
+  readonly maxStepMs?: number;
+}
+
+/** The default of {@link TickTimerOptions.maxLateMs}. */
+export const DEFAULT_MAX_LATE_MS = 60_000;
+
+/**
+ * Fires the ticks of one schedule after {@link TickTimer.start}: every tick after the start
+ * instant, in order, each exactly once, none before it is due.
+ */
+export class TickTimer {
+  private readonly clock: Clock;
+  private readonly jitterMs: number;
+  private readonly random: () => number;
+  private readonly maxLateMs: number;
+  private readonly maxStepMs: number;
+  /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
+  private last = 0;
+  private due: { readonly tick: number; readonly at: number } | undefined;
+  private pending: ClockTimer | undefined;
+  private running = false;
+
+  constructor(
+    private readonly schedule: TickSchedule,
+    private readonly options: TickTimerOptions,
+  ) {
+    this.clock = options.clock;
+    this.jitterMs = options.jitterMs ?? 0;
+    this.random = options.random ?? Math.random;
+    this.maxLateMs = options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
+    this.maxStepMs = Math.min(options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
+  }
+
+  /** The scheduled tick the timer is waiting for, if any. */
+  get nextTick(): Date | undefined {
+    return this.due === undefined ? undefined : new Date(this.due.tick);
+  }
+
+  /** Fires every tick strictly after now (on the clock) until {@link TickTimer.stop}. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.last = this.clock.now();
+    this.due = undefined;
+    this.arm();
+  }
+
+  /** Fires nothing more; the pending timer is cancelled. */
+  stop(): void {
+    this.running = false;
+    this.pending?.cancel();
+    this.pending = undefined;
+    this.due = undefined;
+  }
+
+  private arm(): void {
+    this.pending = undefined;
+    while (this.running) {
+      const now = this.clock.now();
+      if (this.due === undefined) {
+        // From the previous scheduled tick, but not from further back than a tick may be late.
+        const from = Math.max(this.last, now - this.jitterMs - this.maxLateMs);
+        const next = this.schedule.nextRun(new Date(from));
+        if (next === null) return; // the schedule has no more ticks
+        const tick = next.getTime();
+        const jitter = this.jitterMs > 0 ? Math.floor(this.random() * this.jitterMs) : 0;
+        this.due = { tick, at: tick + jitter };
+      }
+      const wait = this.due.at - now;
+      if (wait > 0) {
+        // Capped step; on waking, the clock is read again.
+        this.pending = this.clock.setTimer(Math.min(wait, this.maxStepMs), () => this.arm());
+        return;
+      }
+      const { tick } = this.due;
+      this.due = undefined;
+      if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
+      this.last = tick;
+      this.options.onTick(new Date(tick));
+    }
+  }
+}
