@@ -229,7 +229,7 @@ export async function runDoctor(ctx: CommandContext): Promise<number> {
   pool.on('error', () => {});
   let checks: DoctorCheck[];
   try {
-    checks = await doctor(pgExecutor(pool));
+    checks = await doctor(pgExecutor(pool), schemaOption(ctx.schema));
   } finally {
     await pool.end();
   }

@@ -25,6 +25,7 @@ import { pipeliningCases } from './cases/pipelining.js';
 import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
 import { schedulerCases } from './cases/scheduler.js';
+import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
 import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
 import { transactionCases } from './cases/transaction.js';
@@ -189,7 +190,7 @@ function cases<Tx, Session>(
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }
 
-/** The scheduler group: its behaviour cases, then its timing cases. */
+/** The scheduler group: its behaviour cases, its timing cases, then its ledger-protocol cases. */
 function allSchedulerCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
@@ -197,4 +198,5 @@ function allSchedulerCases<Tx, Session>(
 ): void {
   schedulerCases(adapter, fixture, workerSeconds);
   schedulerTimingCases(adapter, fixture);
+  schedulerLedgerCases(adapter, fixture);
 }

@@ -5,8 +5,12 @@
  * @packageDocumentation
  */
 import { assertLockExecutor, type LockExecutor } from './executor.js';
+import { REGISTRATION_LIVE_MS } from './ledger.js';
+import { DEFAULT_SCHEMA } from './migrate.js';
 import { type PoolerVerdict, pinningOf } from './session-pinning.js';
+import { quoteIdentifier } from './sql/identifiers.js';
 import { LOCK_TABLE_CAPACITY, SERVER_FACTS } from './sql/inspect.js';
+import { conflictingSchedulesStatement, SCHEDULES_TABLE_PRESENT } from './sql/scheduler.js';
 
 /** One check's outcome. */
 export interface DoctorCheck {
@@ -18,7 +22,8 @@ export interface DoctorCheck {
     | 'tcp-keepalive'
     | 'read-only'
     | 'lock-table'
-    | 'clock';
+    | 'clock'
+    | 'schedule-conflict';
   readonly level: 'ok' | 'warn' | 'fail';
   readonly message: string;
 }
@@ -37,6 +42,8 @@ export interface DoctorOptions {
   readonly lockTableWarnAbove?: number;
   /** Clock difference above which to warn, in ms (default 500). */
   readonly clockWarnMs?: number;
+  /** Schema of lockkit's tables, for the scheduler checks (default `lockkit`). */
+  readonly schema?: string;
 }
 
 const ms = (setting: unknown): number => {
@@ -227,5 +234,32 @@ export async function doctor(
           message: `This host's clock is within ${Math.max(1, Math.round(Math.abs(skew)))} ms of the database's.`,
         },
   );
+  checks.push(await scheduleConflictCheck(executor, options.schema ?? DEFAULT_SCHEMA));
   return checks;
+}
+
+/** Jobs that live scheduler instances registered under different schedules. */
+async function scheduleConflictCheck(executor: LockExecutor, schema: string): Promise<DoctorCheck> {
+  const id = 'schedule-conflict';
+  const rows = await executor.transaction(async ({ query }) => {
+    const [table] = await query(SCHEDULES_TABLE_PRESENT, [schema]);
+    if (table?.present !== true) return [];
+    const s = conflictingSchedulesStatement(quoteIdentifier(schema), REGISTRATION_LIVE_MS);
+    return query(s.text, s.params);
+  });
+  if (rows.length === 0)
+    return {
+      id,
+      level: 'ok',
+      message: `No job in schema "${schema}" is registered under two schedules by live schedulers.`,
+    };
+  const jobs = rows.map(
+    (r) =>
+      `${r.namespace ? `${String(r.namespace)}/` : ''}${String(r.job)}: ${String(r.schedules)}`,
+  );
+  return {
+    id,
+    level: 'warn',
+    message: `Live schedulers registered these jobs under different schedules (each instance fires its own; catch-up judges each row by its own schedule): ${jobs.join(' | ')}. Deploy one schedule per job name, or give the applications different namespaces.`,
+  };
 }

@@ -98,6 +98,7 @@ export {
   type RunInfo,
   SCHEDULER_NAMESPACE,
   SCHEDULER_OUTCOMES,
+  type ScheduleRegistration,
   Scheduler,
   type SchedulerEvent,
   type SchedulerEventType,

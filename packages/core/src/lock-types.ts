@@ -82,6 +82,9 @@ export interface LockClient<Tx, Session> extends LeaseOperations<Tx> {
   /** The schema of lockkit's tables (leases, scheduler ledger). */
   readonly schema: string;
 
+  /** The client's default `statementTimeoutMs`, if it has one (the scheduler bounds handlers by it). */
+  readonly statementTimeoutMs: number | undefined;
+
   /**
    * Creates or upgrades lockkit's tables (leases) in the client's schema; safe to call from every
    * instance at start-up. See {@link migrate}.

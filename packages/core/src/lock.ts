@@ -94,6 +94,7 @@ export function createLockClient<Tx, Session>(
   return Object.freeze({
     executor,
     schema: schemaName,
+    statementTimeoutMs: engine.defaults.statementTimeoutMs,
     withLock,
     withSessionLock,
     ...leases,

@@ -2,23 +2,24 @@
  * The distributed cron scheduler: every instance registers the same jobs, and each scheduled tick
  * runs on exactly one of them, whatever their clocks say.
  *
- * Each run is keyed by (job, scheduled tick) in a ledger whose primary key allows one row per
- * pair. A node that fires a tick waits (briefly) for the job's advisory lock, then looks the tick
- * up in the ledger: a late node finds it taken and skips; a node whose colleague died mid-run
- * gets the lock when that transaction rolls back and runs the tick itself.
+ * Each tick has one row in a ledger (see `ledger.ts` for the protocol). A node that fires a tick
+ * waits (briefly) for the job's advisory lock, takes the tick's own lock, then looks the tick up
+ * in the ledger: a late node finds it taken and skips; a node that cannot get the job's lock asks
+ * who holds it — a run of this very tick (it waits for the outcome), a run of an earlier tick (an
+ * overlap: skipped or queued), or nobody any more (it claims the tick itself).
  *
  * @packageDocumentation
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import type { Cron } from 'croner';
-import { type Clock, systemClock } from './clock.js';
+import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { checkFiresAfter, parseSchedule, scheduleIdentity } from './cron-schedule.js';
 import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
-import type { QueryFn, Row } from './executor.js';
+import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
-import type { LockKey } from './keys.js';
+import { LockKey } from './keys.js';
 import {
   type ClaimedLease,
   claimLease,
@@ -27,6 +28,7 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
+import { Ledger, type LedgerJob, type RunRecord, scheduleHash } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -37,18 +39,13 @@ import {
 } from './scheduler-option-checks.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { fenceStatement } from './sql/leases.js';
-import { inlinePrepareStatement, type Statement } from './sql/locks.js';
+import { lockStatement } from './sql/locks.js';
 import {
-  abandonStatement,
-  claimTickStatement,
-  finishTickStatement,
-  pruneStatement,
+  RECORD_SETTINGS,
   RELEASE_SAVEPOINT,
   ROLLBACK_TO_SAVEPOINT,
-  recentTicksStatement,
-  recordTickStatement,
+  RUN_SETTINGS,
   SAVEPOINT,
-  tickStatement,
 } from './sql/scheduler.js';
 import { TickTimer } from './tick-timer.js';
 
@@ -97,6 +94,11 @@ export interface JobOptions {
   readonly claimTimeoutMs?: number;
   /** Lease settings in lease mode (`ttlMs`, `renewEveryMs`, `safetyMarginMs`). */
   readonly lease?: Pick<LeaseOptions, 'ttlMs' | 'renewEveryMs' | 'safetyMarginMs'>;
+  /**
+   * With `overlap: 'queue'`: how many ticks of the job may wait in the ledger at once. A tick
+   * beyond it is recorded SKIPPED_OVERLAP with a `queue-full` event. Default 100.
+   */
+  readonly queueLimit?: number;
 }
 
 /** What every run is told. */
@@ -172,12 +174,26 @@ export type SchedulerEvent =
       readonly tick: Date;
       readonly error: LeaseLostError;
     }
-  | { readonly type: 'error'; readonly job: string; readonly tick: Date; readonly error: unknown };
+  | { readonly type: 'error'; readonly job: string; readonly tick: Date; readonly error: unknown }
+  | { readonly type: 'queue-full'; readonly job: string; readonly tick: Date }
+  | {
+      readonly type: 'schedule-conflict';
+      readonly job: string;
+      /** Every live registration of the job in this namespace, this instance's included. */
+      readonly schedules: readonly ScheduleRegistration[];
+    };
+
+/** One instance's registration of a job, as the ledger's schedules table holds it. */
+export interface ScheduleRegistration {
+  readonly owner: string;
+  readonly cron: string;
+  readonly timezone: string;
+}
 
 /** The type names of {@link SchedulerEvent}. */
 export type SchedulerEventType = SchedulerEvent['type'];
 
-/** Every outcome of a scheduled tick (all event types but infrastructure `error`s). */
+/** Every outcome of a scheduled tick (all event types but infrastructure `error`s and `schedule-conflict`). */
 export const SCHEDULER_OUTCOMES = [
   'ran',
   'failed',
@@ -185,6 +201,7 @@ export const SCHEDULER_OUTCOMES = [
   'skipped-done',
   'missed',
   'lease-lost',
+  'queue-full',
 ] as const satisfies readonly SchedulerEventType[];
 
 /** Options of a scheduler. */
@@ -208,12 +225,20 @@ export interface SchedulerOptions {
    * about to run it. Must exceed your largest clock skew. Default 2000.
    */
   readonly catchUpGraceMs?: number;
+  /**
+   * Scopes job names: schedulers with different namespaces in one schema share neither ledger
+   * rows nor locks. Default: none (the scope every scheduler without one shares).
+   */
+  readonly namespace?: string;
 }
 
-interface Job<Tx> {
-  readonly name: string;
+interface Job<Tx> extends LedgerJob {
   readonly key: LockKey;
+  /** Hash of the name, for the tick locks' keys. */
+  readonly nameHash: string;
   readonly cron: Cron;
+  readonly cronText: string;
+  readonly timezone: string;
   readonly handler: JobHandler<Tx>;
   readonly mode: 'transaction' | 'lease';
   readonly overlap: OverlapPolicy;
@@ -223,28 +248,42 @@ interface Job<Tx> {
   readonly timeoutMs: number | undefined;
   readonly jitterMs: number;
   readonly claimTimeoutMs: number;
+  readonly queueLimit: number;
   readonly lease: LeaseOptions;
   timer?: TickTimer;
+  /** The last conflict reported, so that one conflict is reported once. */
+  conflict?: string | undefined;
 }
 
-const MAX_CATCH_UP = 1000;
+/** What one attempt at one tick came to on this node. */
+interface TickOutcome {
+  /** Ticks catch-up decided to run now. */
+  readonly catchUp: readonly Date[];
+  /** Whether this node ran the tick (successfully or not): then it looks for PENDING ticks due. */
+  readonly ran: boolean;
+}
 
-/**
- * How many of a job's latest settled ledger rows catch-up reads to find holes in: a tick nobody
- * ran stays in view until this many later ticks are older than the grace horizon.
- */
-const CATCH_UP_WINDOW = 10;
+const NOTHING: TickOutcome = { catchUp: [], ran: false };
+
+/** Why a node attempts a tick: its own timer, catch-up, or a PENDING row of the ledger that is due. */
+type TickSource = 'timer' | 'catch-up' | 'pending';
+
+/** How often registrations are refreshed, and conflicts looked for again. */
+const HEARTBEAT_MS = 60_000;
 
 /** What the claim transaction of a lease-mode tick decided. */
 type LeaseClaim =
   | { readonly kind: 'done' }
-  | { readonly kind: 'held'; readonly catchUp: Date[] }
+  | { readonly kind: 'held'; readonly decision: HeldDecision | 'later'; readonly catchUp: Date[] }
   | {
       readonly kind: 'claimed';
       readonly lease: ClaimedLease;
       readonly attempt: number;
       readonly catchUp: Date[];
     };
+
+/** What a node does with a tick whose job another run holds. */
+type HeldDecision = 'again' | 'skipped' | 'queued' | 'full' | 'exists';
 
 function count(value: unknown, name: string, min: number, fallback: number): number {
   const v = value ?? fallback;
@@ -257,17 +296,8 @@ function count(value: unknown, name: string, min: number, fallback: number): num
   return v;
 }
 
-/** Waits `ms`, or until `signal` aborts; either way its listener is gone afterwards. */
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
+const describeError = (error: unknown) =>
+  error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
 /**
  * Runs registered cron jobs so that each scheduled tick runs exactly once across every instance
@@ -295,6 +325,7 @@ export class Scheduler<Tx> {
   private readonly schedules = new Map<string, Cron>();
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
+  private readonly retryTimers = new Set<ClockTimer>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -302,8 +333,14 @@ export class Scheduler<Tx> {
   private readonly retentionMs: number;
   private readonly graceMs: number;
   private readonly schema: string;
+  /** Namespace of the job and tick lock keys and of lease-mode leases. */
+  private readonly lockNamespace: string;
+  private readonly ledger: Ledger;
   private started = false;
   private pruneTimer: NodeJS.Timeout | undefined;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  /** Whether this instance's registrations are in the ledger (else the heartbeat retries them). */
+  private announced = false;
 
   /** @internal use {@link createScheduler} */
   constructor(
@@ -322,6 +359,26 @@ export class Scheduler<Tx> {
     setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
     this.graceMs = count(options.catchUpGraceMs, 'catchUpGraceMs', 0, 2000);
+    const namespace = options.namespace;
+    if (
+      namespace !== undefined &&
+      (typeof namespace !== 'string' ||
+        namespace.length === 0 ||
+        namespace.length > 100 ||
+        namespace.includes('\u0000'))
+    ) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        'namespace must be a non-empty string of at most 100 characters, without NUL.',
+      );
+    }
+    this.lockNamespace =
+      namespace === undefined ? SCHEDULER_NAMESPACE : `${SCHEDULER_NAMESPACE}/${namespace}`;
+    this.ledger = new Ledger(
+      { schema: this.schema, namespace: namespace ?? '' },
+      this.owner,
+      this.lockNamespace,
+    );
   }
 
   /**
@@ -353,7 +410,7 @@ export class Scheduler<Tx> {
     options: JobOptions = {},
   ): this {
     checkJobOptions(name, options);
-    const key = jobKey(SCHEDULER_NAMESPACE, name);
+    const key = jobKey(this.lockNamespace, name);
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
@@ -404,6 +461,7 @@ export class Scheduler<Tx> {
     const lease = { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
     checkFiresAfter(parsed, cron, new Date(this.now()), name);
+    const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
     // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
     if (jitterMs >= 500) {
@@ -417,8 +475,12 @@ export class Scheduler<Tx> {
     }
     this.jobs.set(name, {
       name,
+      hash: scheduleHash(cron, timezone, options.domAndDow === true),
       key,
+      nameHash: createHash('sha256').update(name).digest('hex').slice(0, 24),
       cron: parsed,
+      cronText: cron,
+      timezone,
       // The overloads tie the handler's run type to `mode`, the run it gets here.
       handler: handler as JobHandler<Tx>,
       mode,
@@ -430,11 +492,16 @@ export class Scheduler<Tx> {
         options.timeoutMs === undefined ? undefined : count(options.timeoutMs, 'timeoutMs', 1, 1),
       jitterMs,
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
+      queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
     });
     this.jobByKey.set(keyId, name);
     this.schedules.set(scheduleId, parsed);
-    if (this.started) this.schedule(this.jobs.get(name) as Job<Tx>);
+    const job = this.jobs.get(name) as Job<Tx>;
+    if (this.started) {
+      void this.announce([job]).catch(() => {});
+      this.schedule(job);
+    }
     return this;
   }
 
@@ -461,13 +528,27 @@ export class Scheduler<Tx> {
     return this;
   }
 
-  /** Starts firing ticks. The ledger tables must exist (`locks.migrate()`). */
+  /**
+   * Starts firing ticks. The ledger tables must exist (`locks.migrate()`). First registers each
+   * job's schedule in the ledger (refreshed every minute) and reports a `schedule-conflict` for a
+   * job that another live instance registered under a different schedule. A database that cannot
+   * be reached does not make start() fail: the ticks report `error` events, and the registrations
+   * are retried a minute later.
+   */
   async start(): Promise<void> {
     if (this.stopping.signal.aborted)
       throw new LockkitError('OPTION_INVALID', 'a stopped scheduler cannot start again.');
     if (this.started) return;
     this.started = true;
+    // A database that is down at start-up is reported by the ticks' `error` events; the
+    // registrations are retried with the next heartbeat.
+    this.announced = await this.announce([...this.jobs.values()]).then(
+      () => true,
+      () => false,
+    );
     for (const job of this.jobs.values()) this.schedule(job);
+    this.heartbeatTimer = setInterval(() => void this.heartbeat().catch(() => {}), HEARTBEAT_MS);
+    this.heartbeatTimer.unref();
     if (this.retentionMs > 0) {
       this.pruneTimer = setInterval(
         () => void this.prune(),
@@ -479,23 +560,42 @@ export class Scheduler<Tx> {
 
   /**
    * Stops firing new ticks, aborts the signal of running tasks, and waits up to `timeoutMs`
-   * (default 30 s) for them to end. A transaction-mode run that ends by throwing on that signal
-   * rolls back entirely, leaving its tick to another node. Resolves with how many runs were still
-   * going when the time ran out.
+   * (default 30 s) for them to end. A run that ends by throwing on that signal gives its tick back
+   * (PENDING in the ledger, the attempt not counted): the next instance runs it. Pending retries
+   * stay in the ledger for other instances. Resolves with how many runs were still going when the
+   * time ran out.
    */
   async stop(
     options: { readonly timeoutMs?: number } = {},
   ): Promise<{ readonly stillRunning: number }> {
     this.stopping.abort(new LockkitError('ABORTED', 'the scheduler is stopping'));
     for (const job of this.jobs.values()) job.timer?.stop();
+    for (const timer of this.retryTimers) timer.cancel();
+    this.retryTimers.clear();
     clearInterval(this.pruneTimer);
+    clearInterval(this.heartbeatTimer);
     const all = Promise.allSettled([...this.running]);
     const timeout = new Promise<'timeout'>((resolve) =>
       setTimeout(resolve, options.timeoutMs ?? 30_000, 'timeout').unref(),
     );
-    if ((await Promise.race([all, timeout])) === 'timeout')
-      return { stillRunning: this.running.size };
-    return { stillRunning: 0 };
+    const stillRunning = (await Promise.race([all, timeout])) === 'timeout' ? this.running.size : 0;
+    if (this.started) await this.query((q) => this.ledger.deregister(q)).catch(() => {});
+    return { stillRunning };
+  }
+
+  /**
+   * Runs one tick of a registered job now, exactly as its timer would (claim, catch-up, run,
+   * record, then any PENDING ticks that are due), and resolves when this node is done with it.
+   * For tests and operators: ticks fire without waiting for the clock. Rejects with
+   * `OPTION_INVALID` for an unknown job; infrastructure failures are `error` events, as for timed
+   * ticks.
+   */
+  async runTick(name: string, tick: Date): Promise<void> {
+    const job = this.jobs.get(name);
+    if (!job) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
+    const work = this.fire(job, tick);
+    this.track(work);
+    await work;
   }
 
   private emit(event: SchedulerEvent): void {
@@ -524,24 +624,96 @@ export class Scheduler<Tx> {
     void work.finally(() => this.running.delete(work));
   }
 
-  /** One tick on this node, then the catch-up runs it found, then its retry if it failed. */
-  private async fire(job: Job<Tx>, tick: Date, byCatchUp = false): Promise<void> {
+  private query<T>(fn: (query: QueryFn) => Promise<T>): Promise<T> {
+    return this.locks.executor.transaction(({ query }) => fn(query));
+  }
+
+  /** Registers `jobs` in the ledger's schedules table and reports conflicting registrations. */
+  private async announce(jobs: readonly Job<Tx>[]): Promise<void> {
+    for (const job of jobs) {
+      const live = await this.query((q) =>
+        this.ledger.register(q, job, { cron: job.cronText, timezone: job.timezone }),
+      );
+      this.reportConflict(job, live);
+    }
+  }
+
+  /** Refreshes the registrations (or makes them, if start() could not) and looks for conflicts. */
+  private async heartbeat(): Promise<void> {
+    if (!this.announced) {
+      await this.announce([...this.jobs.values()]);
+      this.announced = true;
+      return;
+    }
+    const conflicted = await this.query(async (q) => {
+      await this.ledger.heartbeat(q);
+      return this.ledger.conflictedJobs(q);
+    });
+    for (const job of this.jobs.values()) {
+      if (!conflicted.has(job.name)) job.conflict = undefined;
+      else this.reportConflict(job, await this.query((q) => this.ledger.registrations(q, job)));
+    }
+  }
+
+  private reportConflict(
+    job: Job<Tx>,
+    live: readonly { owner: string; cron: string; timezone: string; hash: string }[],
+  ): void {
+    const hashes = new Set(live.map((r) => r.hash));
+    const signature = hashes.size > 1 ? [...hashes].sort().join(',') : undefined;
+    if (signature !== undefined && signature !== job.conflict) {
+      this.emit({
+        type: 'schedule-conflict',
+        job: job.name,
+        schedules: live.map(({ owner, cron, timezone }) => ({ owner, cron, timezone })),
+      });
+    }
+    job.conflict = signature;
+  }
+
+  /** The lock of one tick, held by whoever runs it (see {@link Ledger.holders}). */
+  private tickKey(job: Job<Tx>, tick: Date): LockKey {
+    return LockKey.fromNames(`${this.lockNamespace}#tick`, `${job.nameHash}@${tick.toISOString()}`);
+  }
+
+  /**
+   * One tick on this node, then the missed ticks catch-up chose to run, then — when this node ran
+   * something — every PENDING tick of the job that is due (queued ticks, retries, ticks given
+   * back), oldest first.
+   */
+  private async fire(job: Job<Tx>, tick: Date): Promise<void> {
     try {
-      const outcome =
-        job.mode === 'transaction'
-          ? await this.runInTransaction(job, tick, byCatchUp)
-          : await this.runInLease(job, tick, byCatchUp);
+      const outcome = await this.runOne(job, tick, 'timer');
+      let ran = outcome.ran;
       for (const missedTick of outcome.catchUp) {
-        if (this.stopping.signal.aborted) break;
-        await this.fire(job, missedTick, true);
+        if (this.stopping.signal.aborted) return;
+        ran = (await this.runOne(job, missedTick, 'catch-up')).ran || ran;
       }
-      if (outcome.retry && !this.stopping.signal.aborted) {
-        await sleep(job.retryDelayMs, this.stopping.signal);
-        if (!this.stopping.signal.aborted) await this.fire(job, tick, byCatchUp);
-      }
+      if (ran) await this.drain(job);
     } catch (error) {
       if (!this.stopping.signal.aborted) this.emit({ type: 'error', job: job.name, tick, error });
     }
+  }
+
+  /** Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. */
+  private async drain(job: Job<Tx>): Promise<void> {
+    const tried = new Set<number>();
+    while (!this.stopping.signal.aborted) {
+      const due = await this.query((q) => this.ledger.nextDue(q, job, new Date(this.now())));
+      if (!due || tried.has(due.getTime())) return;
+      tried.add(due.getTime());
+      if (!(await this.runOne(job, due, 'pending')).ran) return;
+    }
+  }
+
+  /**
+   * One attempt at `tick`: fired by its `timer` (then catch-up judges the ticks before it), run by
+   * `catch-up`, or a `pending` tick of the ledger (queued, a retry, given back).
+   */
+  private runOne(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
+    return job.mode === 'transaction'
+      ? this.runInTransaction(job, tick, how)
+      : this.runInLease(job, tick, how);
   }
 
   /** How long after its tick a run starts, on this scheduler's clock. */
@@ -556,92 +728,105 @@ export class Scheduler<Tx> {
     return AbortSignal.any(signals);
   }
 
-  private async query(statement: Statement): Promise<Row[]> {
-    return this.locks.executor.transaction(({ query }) => query(statement.text, statement.params));
+  /** How a failed attempt is recorded: for a retry after `retryDelayMs`, or for good. */
+  private failure(job: Job<Tx>, attempt: number, error: string): RunRecord {
+    return attempt < job.maxAttempts
+      ? { kind: 'retry', error, retryAt: new Date(this.now() + job.retryDelayMs) }
+      : { kind: 'failed', error };
   }
 
-  /** Records that `tick` is skipped because the previous run still holds the job. */
-  private async skipHeld(job: Job<Tx>, tick: Date): Promise<void> {
-    const record = recordTickStatement(this.schema, job.name, tick, 'SKIPPED_OVERLAP', this.owner);
-    // If the holder is in fact running this very tick, our insert waits on its row: bounded.
-    await this.locks.executor
-      .transaction(async ({ query }) => {
-        await query(inlinePrepareStatement([['statement_timeout', 2000]]));
-        return query(record.text, record.params);
-      })
-      .catch(() => []);
-    this.emit({ type: 'skipped-held', job: job.name, tick });
+  /** Fires `tick` again when its retry is due, on the scheduler's clock (other nodes find it in the ledger too). */
+  private retryLater(job: Job<Tx>, tick: Date, record: RunRecord): void {
+    if (record.kind !== 'retry' || this.stopping.signal.aborted) return;
+    const timer = this.clock.setTimer(Math.max(0, record.retryAt.getTime() - this.now()), () => {
+      this.retryTimers.delete(timer);
+      this.track(this.fire(job, tick));
+    });
+    this.retryTimers.add(timer);
   }
 
   /**
-   * Inside the job's lock: which ticks up to the grace horizon nobody ran, recorded MISSED per
-   * policy; returns those to run now. Holes are looked for among the job's latest
-   * {@link CATCH_UP_WINDOW} settled ledger rows, not only after the newest row: when every node
-   * fails one tick (the server restarting), the next ticks are recorded before that one is old
-   * enough to be judged, and it must still be found.
+   * After the wait for the job's lock timed out: who holds it? Nobody any more, or a run of this
+   * very tick (`again`: wait once more — for the lock, or for that run's outcome); else a run of
+   * another tick: an overlap, recorded SKIPPED_OVERLAP or queued PENDING per the job's policy.
+   */
+  private async whenHeld(job: Job<Tx>, tick: Date): Promise<HeldDecision> {
+    const tickKey = this.tickKey(job, tick);
+    return this.query(async (q) => {
+      const { jobFree, tickFree } = await this.ledger.holders(q, job.key, tickKey);
+      if (jobFree || !tickFree) return 'again';
+      return this.overlapped(job, tick, q);
+    });
+  }
+
+  /** Records an overlapping tick per the job's policy (inside a transaction). */
+  private async overlapped(job: Job<Tx>, tick: Date, query: QueryFn): Promise<HeldDecision> {
+    if (job.overlap === 'queue')
+      return this.ledger.queue(query, job, tick, new Date(this.now()), job.queueLimit);
+    return (await this.ledger.recordSkipped(query, job, tick)) ? 'skipped' : 'exists';
+  }
+
+  /** Reports what became of an overlapping tick. */
+  private reportHeld(job: Job<Tx>, tick: Date, decision: HeldDecision): void {
+    if (decision === 'skipped') this.emit({ type: 'skipped-held', job: job.name, tick });
+    else if (decision === 'full') this.emit({ type: 'queue-full', job: job.name, tick });
+    else if (decision === 'exists') this.emit({ type: 'skipped-done', job: job.name, tick });
+  }
+
+  /**
+   * Inside the job's lock: the ticks of the job's current schedule up to the grace horizon that
+   * nobody ran (see {@link Ledger.findHoles}), recorded MISSED per policy; returns those to run.
    */
   private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn): Promise<Date[]> {
-    const horizon = Math.min(tick.getTime() - 1, this.now() - this.graceMs);
-    const recent = recentTicksStatement(this.schema, job.name, new Date(horizon), CATCH_UP_WINDOW);
-    const rows = await query(recent.text, recent.params);
-    const oldest = rows.at(-1)?.tick;
-    if (oldest == null) return []; // a new job: nothing settled was ever due
-    const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));
-    const gap: Date[] = [];
-    let cursor: Date | null = job.cron.nextRun(new Date(oldest as string));
-    while (cursor && cursor.getTime() <= horizon && gap.length < MAX_CATCH_UP) {
-      if (!settled.has(cursor.getTime())) gap.push(cursor);
-      cursor = job.cron.nextRun(cursor);
-    }
-    if (gap.length === 0) return [];
+    const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs));
+    const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
+    if (holes.length === 0) return [];
     let run: Date[] = [];
-    if (job.catchUp === 'latest') run = gap.slice(-1);
+    if (job.catchUp === 'latest') run = holes.slice(0, 1);
     else if (typeof job.catchUp === 'object') {
       const since = tick.getTime() - job.catchUp.withinMs;
-      run = gap.filter((t) => t.getTime() >= since);
+      run = holes.filter((t) => t.getTime() >= since).reverse();
     }
-    const missed = gap.filter((t) => !run.includes(t));
-    const recorded: Date[] = [];
-    for (const t of missed) {
-      const record = recordTickStatement(this.schema, job.name, t, 'MISSED', this.owner);
-      if ((await query(record.text, record.params)).length > 0) recorded.push(t);
-    }
+    const recorded = await this.ledger.recordMissed(
+      query,
+      job,
+      holes.filter((t) => !run.includes(t)),
+    );
     if (recorded.length > 0) this.emit({ type: 'missed', job: job.name, ticks: recorded });
     return run;
   }
 
-  private async runInTransaction(
-    job: Job<Tx>,
-    tick: Date,
-    byCatchUp: boolean,
-  ): Promise<{ catchUp: Date[]; retry: boolean }> {
-    const schema = this.schema;
+  private async runInTransaction(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
+    const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
+    const handlerTimeout = job.timeoutMs ?? this.locks.statementTimeoutMs;
     for (;;) {
       const started = performance.now();
+      let claimed = false;
       let outcome:
-        | { kind: 'done' }
-        | { kind: 'ran' | 'failed'; attempt: number; error?: unknown; catchUp: Date[] };
+        | { kind: 'done'; catchUp: Date[] }
+        | { kind: 'ran'; attempt: number; catchUp: Date[] }
+        | { kind: 'failed'; attempt: number; error: unknown; record: RunRecord; catchUp: Date[] };
       try {
         const r = await this.locks.withLock(
           job.key,
           async (tx, ctx) => {
-            const found = tickStatement(schema, job.name, tick);
-            const [row] = await ctx.query(found.text, found.params);
-            if (row && !(row.status === 'FAILED' && Number(row.attempt) < job.maxAttempts))
-              return { kind: 'done' as const };
-            const catchUp = row ? [] : await this.catchUp(job, tick, ctx.query);
-            const claim = claimTickStatement(
-              schema,
-              job.name,
-              tick,
-              this.owner,
-              null,
-              job.maxAttempts,
-            );
-            const [claimed] = await ctx.query(claim.text, claim.params);
-            if (!claimed) return { kind: 'done' as const };
-            const attempt = Number(claimed.attempt);
-            // The job's own work rolls back to here on failure; the claim and its FAILED record commit.
+            await ctx.query(tickLock.text, tickLock.params);
+            const now = new Date(this.now());
+            const state = await this.ledger.state(ctx.query, job, tick, now);
+            if (state.kind !== 'free' && state.kind !== 'due')
+              return { kind: 'done' as const, catchUp: [] };
+            const catchUp =
+              state.kind === 'free' && how === 'timer'
+                ? await this.catchUp(job, tick, ctx.query)
+                : [];
+            const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
+            if (attempt === undefined) return { kind: 'done' as const, catchUp };
+            claimed = true;
+            // From here on the handler's own bound applies, not the claim's.
+            await ctx.query(RUN_SETTINGS, [
+              handlerTimeout === undefined ? null : String(handlerTimeout),
+            ]);
+            // The job's own work rolls back to here on failure; the claim and its record commit.
             await ctx.query(SAVEPOINT);
             try {
               await job.handler({
@@ -652,57 +837,64 @@ export class Scheduler<Tx> {
                 tick,
                 attempt,
                 lateMs: this.lateMs(tick),
-                catchUp: byCatchUp,
+                catchUp: how === 'catch-up',
                 signal: this.runSignal(job, ctx.signal),
               });
             } catch (error) {
-              // Lost connection or stop(): let the whole transaction roll back; the tick stays free.
+              // Lost connection or stop(): let the whole transaction roll back.
               if (ctx.signal.aborted || this.stopping.signal.aborted) throw error;
               await ctx.query(ROLLBACK_TO_SAVEPOINT);
-              const failed = finishTickStatement(schema, job.name, tick, null, {
-                failed: true,
-                error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-              });
-              await ctx.query(failed.text, failed.params);
-              return { kind: 'failed' as const, attempt, error, catchUp };
+              await ctx.query(RECORD_SETTINGS);
+              const record = this.failure(job, attempt, describeError(error));
+              await this.ledger.finish(ctx.query, job, tick, null, record);
+              return { kind: 'failed' as const, attempt, error, record, catchUp };
             }
             await ctx.query(RELEASE_SAVEPOINT);
-            const done = finishTickStatement(schema, job.name, tick, null, { failed: false });
-            await ctx.query(done.text, done.params);
+            await ctx.query(RECORD_SETTINGS);
+            await this.ledger.finish(ctx.query, job, tick, null, { kind: 'succeeded' });
             return { kind: 'ran' as const, attempt, catchUp };
           },
           {
             wait: true,
             timeoutMs: job.claimTimeoutMs,
             signal: this.stopping.signal,
-            ...(job.timeoutMs !== undefined && { statementTimeoutMs: job.timeoutMs }),
+            // The wait is bounded by claimTimeoutMs alone: no statement_timeout (the client's
+            // default included) may turn an overlap into an error. The handler gets its own.
+            statementTimeoutMs: 0,
           },
         );
-        if (!r.executed) return { catchUp: [], retry: false };
+        if (!r.executed) return NOTHING;
         outcome = r.result;
       } catch (error) {
-        if (error instanceof LockTimeoutError) {
-          if (job.overlap === 'queue' && !this.stopping.signal.aborted) continue;
-          await this.skipHeld(job, tick);
-          return { catchUp: [], retry: false };
+        if (error instanceof LockTimeoutError && !this.stopping.signal.aborted) {
+          const decision = await this.whenHeld(job, tick);
+          if (decision === 'again') continue;
+          this.reportHeld(job, tick, decision);
+          return NOTHING;
+        }
+        if (claimed && this.stopping.signal.aborted) {
+          // The run rolled back: give the tick back so that the next instance runs it.
+          const now = new Date(this.now());
+          await this.query((q) => this.ledger.giveBack(q, job, tick, null, now));
+          return NOTHING;
         }
         throw error;
       }
       if (outcome.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });
-        return { catchUp: [], retry: false };
+        return { catchUp: outcome.catchUp, ran: false };
       }
       if (outcome.kind === 'failed') {
-        const willRetry = outcome.attempt < job.maxAttempts;
         this.emit({
           type: 'failed',
           job: job.name,
           tick,
           attempt: outcome.attempt,
           error: outcome.error,
-          willRetry,
+          willRetry: outcome.record.kind === 'retry',
         });
-        return { catchUp: outcome.catchUp, retry: willRetry };
+        this.retryLater(job, tick, outcome.record);
+        return { catchUp: outcome.catchUp, ran: true };
       }
       this.emit({
         type: 'ran',
@@ -711,15 +903,11 @@ export class Scheduler<Tx> {
         attempt: outcome.attempt,
         durationMs: performance.now() - started,
       });
-      return { catchUp: outcome.catchUp, retry: false };
+      return { catchUp: outcome.catchUp, ran: true };
     }
   }
 
-  private async runInLease(
-    job: Job<Tx>,
-    tick: Date,
-    byCatchUp: boolean,
-  ): Promise<{ catchUp: Date[]; retry: boolean }> {
+  private async runInLease(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const schema = this.schema;
     const settings = leaseSettings(job.lease);
     for (;;) {
@@ -729,58 +917,63 @@ export class Scheduler<Tx> {
         claim = await this.locks.withLock<LeaseClaim>(
           job.key,
           async (_tx, ctx) => {
-            const found = tickStatement(schema, job.name, tick);
-            const [row] = await ctx.query(found.text, found.params);
-            if (row && !(row.status === 'FAILED' && Number(row.attempt) < job.maxAttempts))
+            const now = new Date(this.now());
+            const state = await this.ledger.state(ctx.query, job, tick, now);
+            if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
               return { kind: 'done' as const };
-            const catchUp = row ? [] : await this.catchUp(job, tick, ctx.query);
+            const catchUp =
+              state.kind === 'free' && how === 'timer'
+                ? await this.catchUp(job, tick, ctx.query)
+                : [];
             const lease = await claimLease(
               ctx.query,
               schema,
-              SCHEDULER_NAMESPACE,
+              this.lockNamespace,
               job.name,
               settings,
             );
-            if ('holder' in lease) return { kind: 'held' as const, catchUp };
-            // Earlier runs that never finished under their token died with their holder.
-            const abandon = abandonStatement(schema, job.name, lease.token);
-            await ctx.query(abandon.text, abandon.params);
-            const claimTick = claimTickStatement(
-              schema,
-              job.name,
-              tick,
-              this.owner,
-              lease.token,
-              job.maxAttempts,
-            );
-            const [claimed] = await ctx.query(claimTick.text, claimTick.params);
-            if (!claimed) throw new LockkitError('LEASE_LOST', 'tick claimed concurrently'); // cannot happen under the lock
-            return { kind: 'claimed' as const, lease, attempt: Number(claimed.attempt), catchUp };
+            if ('holder' in lease) {
+              // Another tick's run holds the job: a fresh tick overlaps it; one already in the
+              // ledger (due, or its runner gone) waits there for whoever runs next.
+              const decision =
+                state.kind === 'free' ? await this.overlapped(job, tick, ctx.query) : 'later';
+              return { kind: 'held' as const, decision, catchUp };
+            }
+            // Runs that never finished under their token died with their holder: given back.
+            await this.ledger.giveBackAbandoned(ctx.query, job, lease.token, now);
+            const attempt = await this.ledger.claim(ctx.query, job, tick, lease.token, now);
+            if (attempt === undefined)
+              throw new LockkitError('LEASE_LOST', 'tick claimed concurrently'); // cannot happen under the lock
+            return { kind: 'claimed' as const, lease, attempt, catchUp };
           },
-          { wait: true, timeoutMs: job.claimTimeoutMs, signal: this.stopping.signal },
+          {
+            wait: true,
+            timeoutMs: job.claimTimeoutMs,
+            signal: this.stopping.signal,
+            statementTimeoutMs: 0,
+          },
         );
       } catch (error) {
-        if (error instanceof LockTimeoutError) {
-          await this.skipHeld(job, tick);
-          return { catchUp: [], retry: false };
+        if (error instanceof LockTimeoutError && !this.stopping.signal.aborted) {
+          // Claims hold the job's lock only briefly: a claim that waits this long is an overlap.
+          this.reportHeld(job, tick, await this.query((q) => this.overlapped(job, tick, q)));
+          return NOTHING;
         }
         throw error;
       }
-      if (!claim.executed) return { catchUp: [], retry: false };
+      if (!claim.executed) return NOTHING;
       const c = claim.result;
       if (c.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });
-        return { catchUp: [], retry: false };
+        return NOTHING;
       }
       if (c.kind === 'held') {
-        if (job.overlap === 'queue' && !this.stopping.signal.aborted) {
-          await sleep(Math.min(1000, Math.floor(settings.ttlMs / 4)), this.stopping.signal);
-          if (!this.stopping.signal.aborted) continue;
-        }
-        await this.skipHeld(job, tick);
-        return { catchUp: c.catchUp, retry: false };
+        if (c.decision !== 'later') this.reportHeld(job, tick, c.decision);
+        return { catchUp: c.catchUp, ran: false };
       }
       const { lease, attempt } = c;
+      let record = { kind: 'succeeded' } as RunRecord;
+      let givenBack = false;
       try {
         await holdLease(
           this.locks.executor,
@@ -795,25 +988,41 @@ export class Scheduler<Tx> {
               tick,
               attempt,
               lateMs: this.lateMs(tick),
-              catchUp: byCatchUp,
+              catchUp: how === 'catch-up',
               signal: this.runSignal(job, context.signal),
             }),
           {
             signal: this.stopping.signal,
             fenced: (fencedTask) => this.fenced(lease.token, job.name, fencedTask),
-            alsoRecord: (record) => [
-              finishTickStatement(schema, job.name, tick, lease.token, record),
-            ],
+            alsoRecord: (result) => {
+              if (result.failed && this.stopping.signal.aborted) {
+                givenBack = true;
+                return [
+                  this.ledger.giveBackStatement(job, tick, lease.token, new Date(this.now())),
+                ];
+              }
+              record = result.failed ? this.failure(job, attempt, result.error) : record;
+              return [this.ledger.finishStatement(job, tick, lease.token, record)];
+            },
           },
         );
       } catch (error) {
         if (error instanceof LeaseLostError) {
           this.emit({ type: 'lease-lost', job: job.name, tick, error });
-          return { catchUp: c.catchUp, retry: false };
+          return { catchUp: c.catchUp, ran: true };
         }
-        const willRetry = attempt < job.maxAttempts;
-        this.emit({ type: 'failed', job: job.name, tick, attempt, error, willRetry });
-        return { catchUp: c.catchUp, retry: willRetry };
+        if (givenBack) return NOTHING;
+        if (record.kind === 'succeeded') throw error; // not the handler's failure
+        this.emit({
+          type: 'failed',
+          job: job.name,
+          tick,
+          attempt,
+          error,
+          willRetry: record.kind === 'retry',
+        });
+        this.retryLater(job, tick, record);
+        return { catchUp: c.catchUp, ran: true };
       }
       this.emit({
         type: 'ran',
@@ -822,7 +1031,7 @@ export class Scheduler<Tx> {
         attempt,
         durationMs: performance.now() - started,
       });
-      return { catchUp: c.catchUp, retry: false };
+      return { catchUp: c.catchUp, ran: true };
     }
   }
 
@@ -831,7 +1040,7 @@ export class Scheduler<Tx> {
     job: string,
     task: (tx: Tx, query: QueryFn) => Promise<T> | T,
   ): Promise<T> {
-    const fence = fenceStatement(this.schema, SCHEDULER_NAMESPACE, job, token);
+    const fence = fenceStatement(this.schema, this.lockNamespace, job, token);
     return this.locks.executor.transaction(async ({ query, tx }) => {
       if ((await query(fence.text, fence.params)).length === 0) {
         throw new LeaseLostError(
@@ -845,7 +1054,7 @@ export class Scheduler<Tx> {
 
   private async prune(): Promise<void> {
     for (const job of this.jobs.values()) {
-      await this.query(pruneStatement(this.schema, job.name, this.retentionMs)).catch(() => []);
+      await this.query((q) => this.ledger.prune(q, job, this.retentionMs)).catch(() => {});
     }
   }
 }

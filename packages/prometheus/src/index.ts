@@ -50,7 +50,7 @@ const SECONDS = [
  * - `lockkit_lock_wait_seconds{scope,mode}`, `lockkit_lock_hold_seconds{scope,mode}`;
  * - `lockkit_lease_events_total{event}` — event `claimed`, `renewed`, `lost` or `finished`;
  * - `lockkit_scheduler_runs_total{job,outcome}` — a scheduled tick's outcome (`ran`, `failed`,
- *   `skipped-held`, `skipped-done`, `missed`, `lease-lost`);
+ *   `skipped-held`, `skipped-done`, `missed`, `lease-lost`, `queue-full`);
  * - `lockkit_scheduler_run_seconds{job}`;
  * - `lockkit_scheduler_errors_total{job}` — a tick that could not be decided because the
  *   database failed (unreachable, restarting, …): alert on it.

@@ -16,7 +16,10 @@ import type { ConformanceAdapter } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const secondsAgo = (s: number) => new Date(Math.floor(Date.now() / 1000) * 1000 - s * 1000);
+/** A whole minute far from now, for the cases that fire ticks by hand on a hand-set clock. */
+const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
+const at = (seconds: number) => new Date(BASE + seconds * 1000);
+const secondsOf = (tick: Date | string) => (new Date(tick).getTime() - BASE) / 1000;
 
 /** Scheduler cases; `workerSeconds` is how long the worker-process case runs. */
 export function schedulerCases<Tx, Session>(
@@ -242,50 +245,42 @@ export function schedulerCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         const f = fixture();
-        const past = secondsAgo(10);
+        // A row written before schedule hashes were recorded: it counts as the current schedule's.
         for (const job of ['lazy', 'eager']) {
           await f.observer.query(
             `INSERT INTO "${schema}".runs (job, tick, status, finished_at) VALUES ($1, $2, 'SUCCEEDED', now())`,
-            [job, past.toISOString()],
+            [job, at(0).toISOString()],
           );
         }
         const missed: SchedulerEvent[] = [];
-        const ran: Date[] = [];
-        const s = createScheduler(locks, { catchUpGraceMs: 1500 });
+        const ran: number[] = [];
+        // Ten seconds later by a hand-set clock: the grace horizon is 8.51 s, so 1 … 8 are holes.
+        const s = createScheduler(locks, {
+          catchUpGraceMs: 1500,
+          now: () => at(10).getTime() + 10,
+        });
         s.register('lazy', '* * * * * *', async () => {}, { catchUp: 'skip' });
         s.register(
           'eager',
           '* * * * * *',
           async (run) => {
-            ran.push(run.tick);
+            ran.push(secondsOf(run.tick));
           },
           { catchUp: 'latest' },
         );
         s.on('missed', (e) => missed.push(e));
-        await s.start();
-        await sleep(1500);
+        await s.runTick('lazy', at(10));
+        await s.runTick('eager', at(10));
         await s.stop();
-        const lazy = await ledger(schema, 'lazy');
-        const lazyMissed = lazy
-          .filter((r) => r.status === 'MISSED')
-          .map((r) => new Date(r.tick).getTime());
-        // Every second after the high-water mark up to the grace horizon was recorded missed.
-        expect(lazyMissed.length).toBeGreaterThanOrEqual(7);
-        expect(lazyMissed[0]).toBe(past.getTime() + 1000);
-        for (let i = 1; i < lazyMissed.length; i++)
-          expect((lazyMissed[i] as number) - (lazyMissed[i - 1] as number)).toBe(1000);
-        const eager = await ledger(schema, 'eager');
-        const eagerMissed = eager.filter((r) => r.status === 'MISSED');
-        const caughtUp = eager.filter(
-          (r) => r.status === 'SUCCEEDED' && new Date(r.tick).getTime() < Date.now() - 2500,
-        );
-        expect(eagerMissed.length).toBeGreaterThanOrEqual(6);
-        // 'latest' ran exactly one old tick: the newest of the gap.
-        expect(caughtUp.length).toBe(2); // the seeded high-water row and the caught-up tick
-        expect(
-          ran.some((t) => t.getTime() === new Date((caughtUp[1] as { tick: Date }).tick).getTime()),
-        ).toBe(true);
-        expect(missed.map((e) => e.type === 'missed' && e.job).sort()).toContain('lazy');
+        const missedOf = async (job: string) =>
+          (await ledger(schema, job))
+            .filter((r) => r.status === 'MISSED')
+            .map((r) => secondsOf(r.tick));
+        expect(await missedOf('lazy')).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+        // 'latest' ran exactly one old tick, the newest of the gap, besides the tick itself.
+        expect(await missedOf('eager')).toEqual([1, 2, 3, 4, 5, 6, 7]);
+        expect(ran).toEqual([10, 8]);
+        expect(missed.map((e) => e.type === 'missed' && e.job).sort()).toEqual(['eager', 'lazy']);
       }),
     30_000,
   );
@@ -296,37 +291,35 @@ export function schedulerCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         const f = fixture();
-        // Every second of the last 8 recorded except one: the server was down for that tick
-        // alone, and the ticks after it ran before it was old enough to be judged.
-        const now = secondsAgo(0).getTime();
-        const hole = new Date(now - 5000);
+        // Every second of 0 … 8 recorded except 3: the server was down for that tick alone, and
+        // the ticks after it ran before it was old enough to be judged.
         for (const job of ['retried', 'skipped']) {
-          for (let s = 8; s >= 0; s--) {
-            if (s === 5) continue;
+          for (let t = 0; t <= 8; t++) {
+            if (t === 3) continue;
             await f.observer.query(
               `INSERT INTO "${schema}".runs (job, tick, status, finished_at) VALUES ($1, $2, 'SUCCEEDED', now())`,
-              [job, new Date(now - s * 1000).toISOString()],
+              [job, at(t).toISOString()],
             );
           }
         }
         const ran: number[] = [];
-        const s = createScheduler(locks, { catchUpGraceMs: 1000 });
+        const s = createScheduler(locks, { catchUpGraceMs: 1000, now: () => at(9).getTime() + 10 });
         s.register(
           'retried',
           '* * * * * *',
           async (run) => {
-            ran.push(run.tick.getTime());
+            ran.push(secondsOf(run.tick));
           },
           { catchUp: { withinMs: 60_000 } },
         );
         s.register('skipped', '* * * * * *', async () => {}, { catchUp: 'skip' });
-        await s.start();
-        await sleep(1500);
+        await s.runTick('retried', at(9));
+        await s.runTick('skipped', at(9));
+        await s.runTick('retried', at(9)); // again: already done, nothing more
         await s.stop();
-        expect(ran.filter((t) => t === hole.getTime())).toHaveLength(1);
+        expect(ran).toEqual([9, 3]);
         const status = async (job: string) =>
-          (await ledger(schema, job)).find((r) => new Date(r.tick).getTime() === hole.getTime())
-            ?.status;
+          (await ledger(schema, job)).find((r) => secondsOf(r.tick) === 3)?.status;
         expect(await status('retried')).toBe('SUCCEEDED');
         expect(await status('skipped')).toBe('MISSED');
       }),
@@ -378,7 +371,7 @@ export function schedulerCases<Tx, Session>(
 
   test(
     'scheduler.graceful-stop',
-    'stop() aborts running tasks, waits for them, and a run aborted that way leaves its tick unrecorded',
+    'stop() aborts running tasks, waits for them, and a run aborted that way rolls back and gives its tick back (PENDING, no attempt counted)',
     () =>
       withSchema(async (schema, locks) => {
         const s = createScheduler(locks);
@@ -408,8 +401,10 @@ export function schedulerCases<Tx, Session>(
         expect(sawAbort).toBe(true);
         expect(await executions(schema, 'long-tx')).toEqual([]);
         expect(
-          (await ledger(schema, 'long-tx')).filter((r) => r.status !== 'SKIPPED_OVERLAP'),
-        ).toEqual([]);
+          (await ledger(schema, 'long-tx'))
+            .filter((r) => r.status !== 'SKIPPED_OVERLAP')
+            .map((r) => [r.status, r.attempt]),
+        ).toEqual([['PENDING', 0]]);
       }),
     30_000,
   );

@@ -56,6 +56,38 @@ export const MIGRATIONS: readonly Migration[] = [
          'lockkit scheduler ledger: the primary key (job, tick) makes each scheduled tick run at most once'`,
     ],
   },
+  {
+    version: 3,
+    description:
+      'scheduler ledger protocol: namespaces, schedule hashes, durable retries and queued ticks (PENDING), registered schedules',
+    statements: [
+      `ALTER TABLE $schema.runs ADD COLUMN namespace text NOT NULL DEFAULT ''`,
+      'ALTER TABLE $schema.runs ADD COLUMN schedule_hash text',
+      'ALTER TABLE $schema.runs ADD COLUMN retry_at timestamptz',
+      'ALTER TABLE $schema.runs DROP CONSTRAINT runs_pkey',
+      'ALTER TABLE $schema.runs ADD PRIMARY KEY (namespace, job, tick)',
+      'ALTER TABLE $schema.runs DROP CONSTRAINT runs_status_check',
+      `ALTER TABLE $schema.runs ADD CONSTRAINT runs_status_check CHECK (status IN
+         ('PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'SKIPPED_OVERLAP', 'MISSED', 'ABANDONED'))`,
+      `CREATE INDEX runs_pending ON $schema.runs (namespace, job, tick) WHERE status = 'PENDING'`,
+      // Readers that go by job across namespaces (inspect, the dashboard) keep their index.
+      'CREATE INDEX runs_job_tick ON $schema.runs (job, tick)',
+      `COMMENT ON COLUMN $schema.runs.retry_at IS
+         'PENDING rows (a retry, a queued tick, a tick given back): due to run from this instant'`,
+      `CREATE TABLE $schema.schedules (
+         namespace     text        NOT NULL,
+         job           text        NOT NULL,
+         owner         text        NOT NULL,
+         cron          text        NOT NULL,
+         timezone      text        NOT NULL,
+         schedule_hash text        NOT NULL,
+         heartbeat_at  timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (namespace, job, owner)
+       )`,
+      `COMMENT ON TABLE $schema.schedules IS
+         'lockkit scheduler registrations: which instance registered which job on which schedule (schedule conflicts)'`,
+    ],
+  },
 ];
 
 /** The latest schema version. */

@@ -1,131 +1,387 @@
 /**
- * The statements of the scheduler's ledger (`<schema>.runs`), one row per (job, scheduled tick).
- * The primary key is what makes a tick run at most once, whichever node claims it and whatever
- * its clock says; every claim runs while holding the job's advisory lock.
+ * The statements of the scheduler's ledger (`<schema>.runs`), one row per (namespace, job,
+ * scheduled tick), and of its registered schedules (`<schema>.schedules`). The primary key is what
+ * makes a tick run at most once, whichever node claims it and whatever its clock says; every claim
+ * runs while holding the job's advisory lock. Instants of the scheduler's clock (`now`, `retry_at`)
+ * are passed in, never read from the server: ticks are on the scheduler's clock too.
+ *
+ * Statements that record ticks take arrays, so that a whole tick's records are one statement.
  */
+import type { LockKey } from '../keys.js';
 import { MAX_ERROR_LENGTH } from './leases.js';
 import type { Statement } from './locks.js';
 
-/** The ledger row of one tick: `status`, `attempt`, `token` — or none. */
-export function tickStatement(schema: string, job: string, tick: Date): Statement {
+/** Which scheduler's rows: the quoted schema and the ledger namespace ('' when none). */
+export interface LedgerScope {
+  readonly schema: string;
+  readonly namespace: string;
+}
+
+const iso = (d: Date) => d.toISOString();
+const tokenParam = (token: bigint | null) => (token === null ? null : String(token));
+
+/**
+ * The ledger row of one tick, or none: `status`, `attempt`, `token`, `due` (a PENDING row whose
+ * `retry_at` has come), and `runner_gone` (a lease-mode RUNNING row whose lease is no longer live
+ * under its token: its runner died or lost it).
+ */
+export function tickStateStatement(
+  { schema, namespace }: LedgerScope,
+  leaseNamespace: string,
+  job: string,
+  tick: Date,
+  now: Date,
+): Statement {
   return {
-    text: `SELECT status, attempt, token::text AS token FROM ${schema}.runs WHERE job = $1 AND tick = $2`,
-    params: [job, tick.toISOString()],
+    text: `SELECT r.status, r.attempt, r.token::text AS token,
+                  (r.status = 'PENDING' AND r.retry_at <= $4) AS due,
+                  (r.status = 'RUNNING' AND r.token IS NOT NULL AND NOT EXISTS (
+                     SELECT 1 FROM ${schema}.leases l
+                      WHERE l.namespace = $5 AND l.job_key = r.job AND l.token = r.token
+                        AND l.status = 'IN_PROGRESS' AND l.expires_at > now())) AS runner_gone
+             FROM ${schema}.runs r WHERE r.namespace = $1 AND r.job = $2 AND r.tick = $3`,
+    params: [namespace, job, iso(tick), iso(now), leaseNamespace],
   };
 }
 
 /**
- * The job's `limit` latest ticks in the ledger at or before `horizon` (`tick`, newest first): the
- * settled part of its history that catch-up looks for holes in. A tick every node failed to run
- * has no row, yet later ticks may already have theirs; reading a window of rows below the horizon,
- * rather than only the newest row, keeps such a hole in view until it is old enough to judge.
+ * Whether the job's lock and the tick's own lock are free, taking each that is (released at the
+ * end of the transaction): tells a tick another node is running (`tick_free` false) from an
+ * overlap with an earlier one (`job_free` false, `tick_free` true) and from a holder that is gone
+ * (`job_free` true).
+ */
+export function holdersStatement(jobKey: LockKey, tickKey: LockKey): Statement {
+  const [j1, j2] = jobKey.pair ?? [0, 0];
+  const [t1, t2] = tickKey.pair ?? [0, 0];
+  return {
+    text: `SELECT pg_try_advisory_xact_lock($1::int4, $2::int4) AS job_free,
+                  pg_try_advisory_xact_lock($3::int4, $4::int4) AS tick_free`,
+    params: [j1, j2, t1, t2],
+  };
+}
+
+/**
+ * The job's `limit` latest ledger ticks at or before `horizon`, newest first, each with `current`:
+ * written under the schedule `hash` (or before hashes were recorded). Catch-up anchors on the
+ * oldest current one and looks for holes after it.
  */
 export function recentTicksStatement(
-  schema: string,
+  { schema, namespace }: LedgerScope,
   job: string,
   horizon: Date,
+  hash: string,
   limit: number,
 ): Statement {
   return {
-    text: `SELECT tick FROM ${schema}.runs WHERE job = $1 AND tick <= $2 ORDER BY tick DESC LIMIT $3::int4`,
-    params: [job, horizon.toISOString(), limit],
+    text: `SELECT tick, (schedule_hash IS NULL OR schedule_hash = $4) AS current
+             FROM ${schema}.runs WHERE namespace = $1 AND job = $2 AND tick <= $3
+            ORDER BY tick DESC LIMIT $5::int4`,
+    params: [namespace, job, iso(horizon), hash, limit],
   };
 }
 
 /**
- * Claims a tick: inserts it RUNNING, or takes a FAILED row for another attempt (`retry`).
- * One row (`attempt`) when claimed; none when the tick is already someone's.
+ * Claims a tick: inserts it RUNNING (attempt 1), or takes a PENDING row whose `retry_at` has come
+ * (a retry, a queued tick, a tick given back) for its next attempt. One row (`attempt`) when
+ * claimed; none when the tick is someone else's or already settled.
  */
 export function claimTickStatement(
-  schema: string,
+  { schema, namespace }: LedgerScope,
   job: string,
   tick: Date,
-  owner: string,
-  token: bigint | null,
-  maxAttempts: number,
+  claim: {
+    readonly owner: string;
+    readonly token: bigint | null;
+    readonly hash: string;
+    readonly now: Date;
+  },
 ): Statement {
   return {
-    text: `INSERT INTO ${schema}.runs AS r (job, tick, status, owner, attempt, token, started_at)
-           VALUES ($1, $2, 'RUNNING', $3, 1, $4::int8, now())
-           ON CONFLICT (job, tick) DO UPDATE
+    text: `INSERT INTO ${schema}.runs AS r
+                  (namespace, job, tick, status, owner, attempt, token, started_at, schedule_hash)
+           VALUES ($1, $2, $3, 'RUNNING', $4, 1, $5::int8, now(), $6)
+           ON CONFLICT (namespace, job, tick) DO UPDATE
               SET status = 'RUNNING', owner = excluded.owner, attempt = r.attempt + 1,
-                  token = excluded.token, started_at = now(), finished_at = NULL, error = NULL
-            WHERE r.status = 'FAILED' AND r.attempt < $5::int4
+                  token = excluded.token, started_at = now(), finished_at = NULL,
+                  retry_at = NULL, error = NULL
+            WHERE r.status = 'PENDING' AND r.retry_at <= $7
            RETURNING attempt`,
-    params: [job, tick.toISOString(), owner, token === null ? null : String(token), maxAttempts],
+    params: [
+      namespace,
+      job,
+      iso(tick),
+      claim.owner,
+      tokenParam(claim.token),
+      claim.hash,
+      iso(claim.now),
+    ],
   };
 }
 
-/**
- * Records a tick that will not run (`SKIPPED_OVERLAP`, `MISSED`), unless it already has a row.
- * One row when recorded.
- */
-export function recordTickStatement(
-  schema: string,
-  job: string,
-  tick: Date,
-  status: 'SKIPPED_OVERLAP' | 'MISSED',
-  owner: string,
-): Statement {
-  return {
-    text: `INSERT INTO ${schema}.runs (job, tick, status, owner, finished_at)
-           VALUES ($1, $2, $3, $4, now())
-           ON CONFLICT (job, tick) DO NOTHING RETURNING tick`,
-    params: [job, tick.toISOString(), status, owner],
-  };
-}
+/** How a claimed run ended, as the ledger records it. */
+export type RunRecord =
+  | { readonly kind: 'succeeded' }
+  | { readonly kind: 'failed'; readonly error: string }
+  | { readonly kind: 'retry'; readonly error: string; readonly retryAt: Date };
 
 /**
- * Ends a claimed tick: SUCCEEDED, or FAILED with its error. In lease mode only under the run's own
- * fencing token (`token`), so a stale holder cannot rewrite it. One row when recorded.
+ * Ends a claimed tick: SUCCEEDED, FAILED with its error, or PENDING until `retryAt` for another
+ * attempt. In lease mode only under the run's own fencing token (`token`), so a stale holder
+ * cannot rewrite it. One row when recorded.
  */
 export function finishTickStatement(
-  schema: string,
+  { schema, namespace }: LedgerScope,
   job: string,
   tick: Date,
   token: bigint | null,
-  outcome: { readonly failed: false } | { readonly failed: true; readonly error: string },
+  record: RunRecord,
 ): Statement {
+  const status =
+    record.kind === 'succeeded' ? 'SUCCEEDED' : record.kind === 'failed' ? 'FAILED' : 'PENDING';
   return {
     text: `UPDATE ${schema}.runs
-              SET status = $3, finished_at = now(), error = $4
-            WHERE job = $1 AND tick = $2 AND status = 'RUNNING'
-              AND ($5::int8 IS NULL OR token = $5::int8)
+              SET status = $4, finished_at = CASE WHEN $4 = 'PENDING' THEN NULL ELSE now() END,
+                  error = $5, retry_at = $6, owner = CASE WHEN $4 = 'PENDING' THEN NULL ELSE owner END
+            WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING'
+              AND ($7::int8 IS NULL OR token = $7::int8)
            RETURNING tick`,
     params: [
+      namespace,
       job,
-      tick.toISOString(),
-      outcome.failed ? 'FAILED' : 'SUCCEEDED',
-      outcome.failed ? outcome.error.slice(0, MAX_ERROR_LENGTH) : null,
-      token === null ? null : String(token),
+      iso(tick),
+      status,
+      record.kind === 'succeeded' ? null : record.error.slice(0, MAX_ERROR_LENGTH),
+      record.kind === 'retry' ? iso(record.retryAt) : null,
+      tokenParam(token),
     ],
   };
 }
 
 /**
- * Marks RUNNING rows of lease-mode runs whose lease token is no longer the live one as
- * ABANDONED (their holder died or lost the lease): the rows `tick`, `attempt` it marked.
+ * Gives a lease-mode run's tick back (stop() aborted it): PENDING again from `now`, the attempt
+ * not counted. Only under the run's own token. One row when given back.
  */
-export function abandonStatement(schema: string, job: string, liveToken: bigint): Statement {
+export function giveBackClaimStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  tick: Date,
+  token: bigint,
+  now: Date,
+): Statement {
   return {
-    text: `UPDATE ${schema}.runs SET status = 'ABANDONED', finished_at = now(),
-                  error = 'lease lost: the run did not finish under its fencing token'
-            WHERE job = $1 AND status = 'RUNNING' AND token IS NOT NULL AND token < $2::int8
-           RETURNING tick, attempt`,
-    params: [job, String(liveToken)],
+    text: `UPDATE ${schema}.runs
+              SET status = 'PENDING', attempt = attempt - 1, retry_at = $5, owner = NULL,
+                  token = NULL, started_at = NULL, error = 'given back: the scheduler stopped'
+            WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING' AND token = $4::int8
+           RETURNING tick`,
+    params: [namespace, job, iso(tick), String(token), iso(now)],
   };
 }
 
-/** Deletes ledger rows older than `retentionMs`, always keeping the job's latest row. */
-export function pruneStatement(schema: string, job: string, retentionMs: number): Statement {
+/**
+ * Gives a transaction-mode run's tick back after its transaction rolled back (stop() aborted it):
+ * PENDING from `now` with no attempt counted, unless the tick has a row already (a retry's PENDING
+ * row survives the rollback as it was). One row when given back.
+ */
+export function giveBackTickStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  tick: Date,
+  hash: string,
+  now: Date,
+): Statement {
   return {
-    text: `DELETE FROM ${schema}.runs
-            WHERE job = $1 AND tick < now() - $2::float8 * interval '1 millisecond'
-              AND status <> 'RUNNING'
-              AND tick < (SELECT max(tick) FROM ${schema}.runs WHERE job = $1)`,
-    params: [job, retentionMs],
+    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
+           VALUES ($1, $2, $3, 'PENDING', 0, $5, $4, 'given back: the scheduler stopped')
+           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    params: [namespace, job, iso(tick), hash, iso(now)],
   };
 }
+
+/**
+ * Gives back the RUNNING rows of lease-mode runs whose token is older than the live one (their
+ * holder died or lost the lease): PENDING from `now`, the dead attempt not counted. Rows `tick`.
+ */
+export function giveBackAbandonedStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  liveToken: bigint,
+  now: Date,
+): Statement {
+  return {
+    text: `UPDATE ${schema}.runs
+              SET status = 'PENDING', attempt = attempt - 1, retry_at = $4, owner = NULL, token = NULL,
+                  error = 'given back: the run did not finish under its fencing token'
+            WHERE namespace = $1 AND job = $2 AND status = 'RUNNING'
+              AND token IS NOT NULL AND token < $3::int8
+           RETURNING tick`,
+    params: [namespace, job, String(liveToken), iso(now)],
+  };
+}
+
+/**
+ * Records ticks that will not run (`SKIPPED_OVERLAP`, `MISSED`), each unless it already has a row:
+ * one statement for any number of ticks. The rows recorded (`tick`).
+ */
+export function recordTicksStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  ticks: readonly Date[],
+  status: 'SKIPPED_OVERLAP' | 'MISSED',
+  owner: string,
+  hash: string,
+): Statement {
+  return {
+    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, owner, finished_at, schedule_hash)
+           SELECT $1::text, $2::text, t::timestamptz, $4::text, $5::text, now(), $6::text
+             FROM json_array_elements_text($3::text::json) AS t
+           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    params: [namespace, job, JSON.stringify(ticks.map(iso)), status, owner, hash],
+  };
+}
+
+/**
+ * Queues a tick that overlaps a running one: PENDING from `now`, unless it has a row already or
+ * the job has `limit` PENDING rows. One row when queued.
+ */
+export function queueTickStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  tick: Date,
+  owner: string,
+  hash: string,
+  now: Date,
+  limit: number,
+): Statement {
+  return {
+    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, owner, attempt, retry_at, schedule_hash)
+           SELECT $1::text, $2::text, $3::timestamptz, 'PENDING', $4::text, 0, $6::timestamptz, $5::text
+            WHERE (SELECT count(*) FROM ${schema}.runs
+                    WHERE namespace = $1 AND job = $2 AND status = 'PENDING') < $7::int4
+           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    params: [namespace, job, iso(tick), owner, hash, iso(now), limit],
+  };
+}
+
+/** The job's oldest PENDING tick whose `retry_at` has come (`tick`), if any: what runs next. */
+export function nextDueStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  now: Date,
+): Statement {
+  return {
+    text: `SELECT tick FROM ${schema}.runs
+            WHERE namespace = $1 AND job = $2 AND status = 'PENDING' AND retry_at <= $3
+            ORDER BY tick LIMIT 1`,
+    params: [namespace, job, iso(now)],
+  };
+}
+
+/** Deletes ledger rows older than `retentionMs`, always keeping the job's latest row and open ones. */
+export function pruneStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  retentionMs: number,
+): Statement {
+  return {
+    text: `DELETE FROM ${schema}.runs
+            WHERE namespace = $1 AND job = $2
+              AND tick < now() - $3::float8 * interval '1 millisecond'
+              AND status NOT IN ('RUNNING', 'PENDING')
+              AND tick < (SELECT max(tick) FROM ${schema}.runs WHERE namespace = $1 AND job = $2)`,
+    params: [namespace, job, retentionMs],
+  };
+}
+
+/** Records (or refreshes) this instance's registration of a job's schedule. */
+export function registerScheduleStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  owner: string,
+  schedule: { readonly cron: string; readonly timezone: string; readonly hash: string },
+): Statement {
+  return {
+    text: `INSERT INTO ${schema}.schedules (namespace, job, owner, cron, timezone, schedule_hash)
+           VALUES ($1, $2, $3, $4, $5, $6)
+           ON CONFLICT (namespace, job, owner) DO UPDATE
+              SET cron = excluded.cron, timezone = excluded.timezone,
+                  schedule_hash = excluded.schedule_hash, heartbeat_at = now()`,
+    params: [namespace, job, owner, schedule.cron, schedule.timezone, schedule.hash],
+  };
+}
+
+/**
+ * The live registrations (heartbeat within `liveMs`) of a job: `owner`, `cron`, `timezone`,
+ * `schedule_hash`, by owner.
+ */
+export function liveSchedulesStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  liveMs: number,
+): Statement {
+  return {
+    text: `SELECT owner, cron, timezone, schedule_hash FROM ${schema}.schedules
+            WHERE namespace = $1 AND job = $2
+              AND heartbeat_at > now() - $3::float8 * interval '1 millisecond'
+            ORDER BY owner`,
+    params: [namespace, job, liveMs],
+  };
+}
+
+/** Refreshes the heartbeat of every registration of `owner`. */
+export function heartbeatSchedulesStatement(
+  { schema, namespace }: LedgerScope,
+  owner: string,
+): Statement {
+  return {
+    text: `UPDATE ${schema}.schedules SET heartbeat_at = now() WHERE namespace = $1 AND owner = $2`,
+    params: [namespace, owner],
+  };
+}
+
+/** Removes every registration of `owner` (the scheduler stopped). */
+export function deregisterSchedulesStatement(
+  { schema, namespace }: LedgerScope,
+  owner: string,
+): Statement {
+  return {
+    text: `DELETE FROM ${schema}.schedules WHERE namespace = $1 AND owner = $2`,
+    params: [namespace, owner],
+  };
+}
+
+/**
+ * Jobs registered live (heartbeat within `liveMs`) under more than one schedule, in `namespace`
+ * or (null) across every namespace: `namespace`, `job`, `schedules` (text).
+ */
+export function conflictingSchedulesStatement(
+  schema: string,
+  liveMs: number,
+  namespace: string | null = null,
+): Statement {
+  return {
+    text: `SELECT namespace, job,
+                  string_agg(DISTINCT format('%s (%s) by %s', cron, timezone, owner), '; ') AS schedules
+             FROM ${schema}.schedules
+            WHERE heartbeat_at > now() - $1::float8 * interval '1 millisecond'
+              AND ($2::text IS NULL OR namespace = $2::text)
+            GROUP BY namespace, job HAVING count(DISTINCT schedule_hash) > 1
+            ORDER BY namespace, job`,
+    params: [liveMs, namespace],
+  };
+}
+
+/**
+ * Settings of a transaction-mode run once its lock is held: `statement_timeout` bounds the
+ * handler (`$1` ms, or the session default when NULL), and `lock_timeout` (the claim's wait) goes
+ * back to the session default, so neither the wait nor the handler is cut by the other's bound.
+ */
+export const RUN_SETTINGS = `SELECT set_config('statement_timeout',
+           coalesce($1::text, (SELECT reset_val FROM pg_settings WHERE name = 'statement_timeout')), true),
+         set_config('lock_timeout', (SELECT reset_val FROM pg_settings WHERE name = 'lock_timeout'), true)`;
+
+/** Lifts the run's `statement_timeout` so that the ledger records after a timed-out handler go through. */
+export const RECORD_SETTINGS = `SELECT set_config('statement_timeout', '0', true)`;
 
 /** Savepoint statements that let a failed transaction-mode run record its failure with its claim. */
 export const SAVEPOINT = 'SAVEPOINT lockkit_run';
@@ -133,3 +389,9 @@ export const SAVEPOINT = 'SAVEPOINT lockkit_run';
 export const ROLLBACK_TO_SAVEPOINT = 'ROLLBACK TO SAVEPOINT lockkit_run';
 /** See {@link SAVEPOINT}. */
 export const RELEASE_SAVEPOINT = 'RELEASE SAVEPOINT lockkit_run';
+
+/** Whether `$1` (a schema's unquoted name) has the scheduler's schedules table: one row, `present`. */
+export const SCHEDULES_TABLE_PRESENT = `
+  SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = $1::text AND c.relname = 'schedules') AS present`;

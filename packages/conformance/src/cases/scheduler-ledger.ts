@@ -1,0 +1,572 @@
+/**
+ * The scheduler's ledger protocol under failure, with ticks fired directly (`runTick`) on injected
+ * clocks and handlers gated by promises: a runner that dies, a schedule that changes, a long
+ * outage, queued ticks, timeouts, stop() mid-run, durable retries, namespaces and conflicting
+ * registrations. No case waits for a real tick.
+ */
+import {
+  createLockClient,
+  createScheduler,
+  doctor,
+  type LockClient,
+  type LockExecutor,
+  type LockkitEvent,
+  type Scheduler,
+  type SchedulerEvent,
+  type SchedulerOptions,
+  sqlState,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import { aborted, type ConformanceAdapter, gate } from '../harness.js';
+import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+
+/** A whole minute far from now: every cron below lines up on it, and no real timer reaches it. */
+const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
+const at = (seconds: number) => new Date(BASE + seconds * 1000);
+
+/** A clock a test sets by hand. */
+function handClock(seconds: number): { now: () => number; set: (seconds: number) => void } {
+  let t = BASE + seconds * 1000 + 10;
+  return {
+    now: () => t,
+    set: (s) => {
+      t = BASE + s * 1000 + 10;
+    },
+  };
+}
+
+/** Ledger-protocol cases of the scheduler. */
+export function schedulerLedgerCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+): void {
+  const test = casesOf(adapter);
+
+  const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
+    withLockkitSchema(fixture(), fn, ['executions (job text, tick timestamptz, worker text)']);
+
+  const rows = (schema: string, job: string) =>
+    fixture().observer.query<{ tick: Date; status: string; attempt: number }>(
+      `SELECT tick, status, attempt FROM "${schema}".runs WHERE job = $1 ORDER BY tick`,
+      [job],
+    );
+  const statusOf = async (schema: string, job: string, tick: Date) =>
+    (await rows(schema, job))
+      .filter((r) => new Date(r.tick).getTime() === tick.getTime())
+      .map((r) => r.status);
+  const node = (
+    schema: string,
+    options: SchedulerOptions,
+    onEvent?: (event: LockkitEvent) => void,
+  ): Scheduler<Tx> =>
+    createScheduler(
+      createLockClient(fixture().newInstance(3).executor, {
+        schema,
+        ...(onEvent && { onEvent }),
+      }),
+      options,
+    );
+
+  test(
+    'scheduler.runner-dies-not-skipped',
+    'a tick whose runner dies while another node waits for it is run by that node, never recorded skipped',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const started = gate<number>();
+        const release = gate();
+        const timedOut = gate();
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        a.register('job', '* * * * * *', async (run) => {
+          if (run.mode !== 'transaction') throw new Error('mode');
+          const [me] = await run.query('SELECT pg_backend_pid() AS pid');
+          started.open(Number(me?.pid));
+          await release.promise;
+          await run.query('SELECT 1'); // the connection is gone: this fails
+        });
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
+          if (e.type === 'lock-timed-out') timedOut.open();
+        });
+        b.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'transaction') throw new Error('mode');
+            await run.query(`INSERT INTO "${schema}".executions VALUES ('job', $1, 'b')`, [
+              run.tick.toISOString(),
+            ]);
+          },
+          { claimTimeoutMs: 300 },
+        );
+        const aRun = a.runTick('job', at(0));
+        const pid = await started.promise;
+        const bRun = b.runTick('job', at(0));
+        try {
+          await timedOut.promise; // B waited for the job's lock in vain: A holds it, running the tick
+          await f.observer.terminate(pid);
+          // B runs the tick once Postgres has ended A's transaction; A's handler only goes on (and
+          // finds its connection gone) after that, when its driver has seen the connection close.
+          await bRun;
+        } finally {
+          release.open();
+          await aRun;
+          await bRun;
+        }
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+        const ran = await f.observer.query<{ worker: string }>(
+          `SELECT worker FROM "${schema}".executions`,
+        );
+        expect(ran.map((r) => r.worker)).toEqual(['b']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-runner-dies',
+    'lease mode: a tick whose runner died mid-run (its lease expired under it) is run once by a surviving node, not abandoned',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const started = gate();
+        const lost = gate();
+        // A process that dies: every database call it makes from now on fails.
+        const base = f.newInstance(3).executor;
+        let dead = false;
+        const dying: LockExecutor<Tx, Session> = {
+          name: base.name,
+          transaction: (fn) =>
+            dead ? Promise.reject(new Error('the process is dead')) : base.transaction(fn),
+        };
+        const a = createScheduler(createLockClient(dying, { schema }), {
+          owner: 'a',
+          now: clock.now,
+          catchUpGraceMs: 0,
+        });
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            started.open();
+            await aborted(run.signal, 20_000);
+            lost.open();
+          },
+          { mode: 'lease', lease: { ttlMs: 1000 } },
+        );
+        const ran: string[] = [];
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 });
+        b.register(
+          'job',
+          '* * * * * *',
+          (run) => {
+            ran.push(`${(run.tick.getTime() - BASE) / 1000} attempt ${run.attempt}`);
+          },
+          { mode: 'lease', lease: { ttlMs: 1000 } },
+        );
+        const aRun = a.runTick('job', at(0));
+        await started.promise;
+        await b.runTick('job', at(0)); // A is alive and running it: nothing to do, nothing recorded
+        expect(ran).toEqual([]);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['RUNNING']);
+        dead = true;
+        await lost.promise; // A's renewals fail: its lease is lost at its local deadline
+        await aRun;
+        const expired = await f.observer.until(
+          async () =>
+            (
+              await f.observer.query<{ gone: boolean }>(
+                `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
+              )
+            )[0]?.gone === true,
+          10_000,
+        );
+        expect(expired, "A's lease expired in the database").toBe(true);
+        await b.runTick('job', at(0));
+        await b.runTick('job', at(0)); // once only
+        expect(ran).toEqual(['0 attempt 1']);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.schedule-change',
+    "after the cron changes, catch-up neither records nor runs ticks of the old schedule's time",
+    () =>
+      withSchema(async (schema, locks) => {
+        const clock = handClock(0);
+        const ran: number[] = [];
+        const old = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        old.register('job', '*/2 * * * * *', () => {});
+        for (const s of [0, 2, 4]) {
+          clock.set(s);
+          await old.runTick('job', at(s));
+        }
+        const fresh = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        const missed: SchedulerEvent[] = [];
+        fresh.on('missed', (e) => missed.push(e));
+        fresh.register(
+          'job',
+          '*/3 * * * * *',
+          (run) => {
+            ran.push((run.tick.getTime() - BASE) / 1000);
+          },
+          { catchUp: 'latest' },
+        );
+        clock.set(9);
+        await fresh.runTick('job', at(9));
+        expect(ran).toEqual([9]);
+        expect(missed).toEqual([]);
+        expect((await rows(schema, 'job')).filter((r) => r.status === 'MISSED')).toEqual([]);
+        // Under the new schedule catch-up still works: 12 is missed, 15 is the latest and runs.
+        clock.set(18);
+        await fresh.runTick('job', at(18));
+        expect(ran.sort((x, y) => x - y)).toEqual([9, 15, 18]);
+        expect(await statusOf(schema, 'job', at(12))).toEqual(['MISSED']);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.latest-after-outage',
+    "after 3,000 s of a per-second job nobody ran, 'latest' runs the newest missed tick once, and no stale tick after",
+    () =>
+      withSchema(async (schema, locks) => {
+        const clock = handClock(0);
+        const ran: number[] = [];
+        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        s.register(
+          'job',
+          '* * * * * *',
+          (run) => {
+            ran.push((run.tick.getTime() - BASE) / 1000);
+          },
+          { catchUp: 'latest' },
+        );
+        await s.runTick('job', at(0));
+        clock.set(3000);
+        await s.runTick('job', at(3000));
+        clock.set(3001);
+        await s.runTick('job', at(3001));
+        clock.set(3002);
+        await s.runTick('job', at(3002));
+        expect(ran.sort((x, y) => x - y)).toEqual([0, 2999, 3000, 3001, 3002]);
+        expect(await statusOf(schema, 'job', at(2999))).toEqual(['SUCCEEDED']);
+        expect(await statusOf(schema, 'job', at(2998))).toEqual(['MISSED']);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.queue-in-ledger',
+    "overlap 'queue', in transaction and lease mode: waiting ticks are in the ledger and hold no connection, the queue is bounded, and they run in order once",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clock = handClock(1);
+          const started = gate();
+          const release = gate();
+          const ran: number[] = [];
+          const events: SchedulerEvent[] = [];
+          const instance = f.newInstance(3);
+          const s = createScheduler(createLockClient(instance.executor, { schema }), {
+            now: clock.now,
+            catchUpGraceMs: 0,
+          });
+          s.register(
+            job,
+            '* * * * * *',
+            async (run) => {
+              ran.push((run.tick.getTime() - BASE) / 1000);
+              if (run.tick.getTime() === at(1).getTime()) {
+                started.open();
+                await release.promise;
+              }
+            },
+            { mode, overlap: 'queue', claimTimeoutMs: 200, queueLimit: 2 },
+          );
+          for (const type of ['queue-full', 'missed', 'skipped-held', 'error'] as const)
+            s.on(type, (e) => events.push(e));
+          const first = s.runTick(job, at(1));
+          await started.promise;
+          const queued = [s.runTick(job, at(2)), s.runTick(job, at(3))];
+          // A failed expectation must not leave the first run's transaction open under the schema.
+          try {
+            const inLedger = await f.observer.until(
+              async () =>
+                (await rows(schema, job)).filter((r) => r.status === 'PENDING').length === 2,
+              3000,
+            );
+            expect(
+              inLedger,
+              `${mode}: queued ticks 2 and 3 are in the ledger while they wait`,
+            ).toBe(true);
+            await Promise.all(queued); // this node is done with them: they wait in the ledger
+            // Only the running tick holds a connection (in lease mode, none).
+            if (instance.checkedOut) expect(await instance.checkedOut()).toBeLessThanOrEqual(1);
+            clock.set(4);
+            await s.runTick(job, at(4)); // the queue is full
+            expect(events.map((e) => e.type)).toEqual(['queue-full']);
+            expect(await statusOf(schema, job, at(4))).toEqual(['SKIPPED_OVERLAP']);
+          } finally {
+            release.open();
+            await first;
+            await Promise.all(queued);
+            await s.stop();
+          }
+          expect(ran, mode).toEqual([1, 2, 3]);
+          for (const t of [1, 2, 3])
+            expect(await statusOf(schema, job, at(t))).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.timeout-bounds-handler',
+    'timeoutMs and a client statement_timeout bound the handler, not the wait for the job: an overlap stays SKIPPED_OVERLAP',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(1);
+        const started = gate();
+        const release = gate();
+        const holder = node(schema, { now: clock.now, catchUpGraceMs: 0 });
+        holder.register('job', '* * * * * *', async () => {
+          started.open();
+          await release.promise;
+        });
+        const events: SchedulerEvent[] = [];
+        const cut: (string | undefined)[] = [];
+        const short = node(schema, { now: clock.now, catchUpGraceMs: 0 });
+        short.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'transaction') throw new Error('mode');
+            try {
+              await run.query('SELECT pg_sleep(2)');
+            } catch (error) {
+              cut.push(sqlState(error));
+              throw error;
+            }
+          },
+          { timeoutMs: 100, claimTimeoutMs: 500 },
+        );
+        const clientWide = createScheduler(
+          createLockClient(f.newInstance(3).executor, { schema, statementTimeoutMs: 100 }),
+          { now: clock.now, catchUpGraceMs: 0 },
+        );
+        clientWide.register('job', '* * * * * *', () => {}, { claimTimeoutMs: 500 });
+        for (const s of [short, clientWide])
+          for (const type of ['skipped-held', 'error', 'missed', 'failed'] as const)
+            s.on(type, (e) => events.push(e));
+        const holding = holder.runTick('job', at(1));
+        await started.promise;
+        try {
+          await short.runTick('job', at(2));
+          await clientWide.runTick('job', at(3));
+        } finally {
+          release.open();
+          await holding;
+        }
+        expect(events.map((e) => e.type)).toEqual(['skipped-held', 'skipped-held']);
+        expect(await statusOf(schema, 'job', at(2))).toEqual(['SKIPPED_OVERLAP']);
+        expect(await statusOf(schema, 'job', at(3))).toEqual(['SKIPPED_OVERLAP']);
+        // The handler itself is bounded: two seconds of sleep against timeoutMs 100. (Whether its
+        // FAILED row can commit after the failed statement is the driver's affair: drizzle on
+        // postgres.js fails the whole transaction, and the tick stays free.)
+        clock.set(5);
+        await short.runTick('job', at(5));
+        expect(cut).toEqual(['57014']);
+        expect(await statusOf(schema, 'job', at(5))).not.toContain('SUCCEEDED');
+        await Promise.all([holder.stop(), short.stop(), clientWide.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.stop-gives-back',
+    'stop() during a run, in transaction and lease mode, gives the tick back: no failure, no willRetry, and the replacement runs it',
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clock = handClock(1);
+          const started = gate();
+          const events: SchedulerEvent[] = [];
+          const old = node(schema, { owner: 'old', now: clock.now, catchUpGraceMs: 0 });
+          old.register(
+            job,
+            '* * * * * *',
+            async (run) => {
+              if (run.tick.getTime() !== at(2).getTime()) return;
+              started.open();
+              await aborted(run.signal, 10_000);
+              throw run.signal.reason;
+            },
+            { mode, retries: 1 },
+          );
+          for (const type of ['failed', 'error', 'lease-lost'] as const)
+            old.on(type, (e) => events.push(e));
+          await old.runTick(job, at(1));
+          clock.set(2);
+          const running = old.runTick(job, at(2));
+          await started.promise;
+          await old.stop({ timeoutMs: 5000 });
+          await running;
+          expect(events, `${mode}: no failure reported`).toEqual([]);
+          const ran: number[] = [];
+          const fresh = node(schema, { owner: 'new', now: clock.now, catchUpGraceMs: 0 });
+          fresh.register(
+            job,
+            '* * * * * *',
+            (run) => {
+              ran.push((run.tick.getTime() - BASE) / 1000);
+            },
+            { mode, catchUp: 'skip' },
+          );
+          clock.set(3);
+          await fresh.runTick(job, at(3));
+          expect(ran.sort(), `${mode}: the replacement ran the given-back tick`).toEqual([2, 3]);
+          expect(await statusOf(schema, job, at(2))).toEqual(['SUCCEEDED']);
+          await fresh.stop();
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.retry-durable',
+    'a retry waits retryDelayMs on every node, and survives the node that failed stopping',
+    () =>
+      withSchema(async (schema) => {
+        const attempts: { tick: number; attempt: number; at: number; by: string }[] = [];
+        const make = (owner: string, clock: { now: () => number }) => {
+          const s = node(schema, { owner, now: clock.now, catchUpGraceMs: 0 });
+          s.register(
+            'job',
+            '* * * * * *',
+            (run) => {
+              attempts.push({
+                tick: (run.tick.getTime() - BASE) / 1000,
+                attempt: run.attempt,
+                at: clock.now() - BASE,
+                by: owner,
+              });
+              if (run.attempt === 1 && run.tick.getTime() === at(1).getTime())
+                throw new Error('first attempt fails');
+            },
+            { retries: 1, retryDelayMs: 3000 },
+          );
+          return s;
+        };
+        const clockA = handClock(1);
+        const a = make('a', clockA);
+        await a.runTick('job', at(1));
+        await a.stop(); // its retry must not live only in its memory
+        const clockB = handClock(1);
+        clockB.set(1.5);
+        const b = make('b', clockB);
+        await b.runTick('job', at(1)); // a late node, 0.5 s after the failure: too early to retry
+        expect(attempts.filter((x) => x.attempt === 2)).toEqual([]);
+        clockB.set(4.5);
+        await b.runTick('job', at(4)); // the retry is due (1 s + 3 s): b runs it
+        expect(attempts.filter((x) => x.tick === 1)).toEqual([
+          { tick: 1, attempt: 1, at: 1010, by: 'a' },
+          { tick: 1, attempt: 2, at: 4510, by: 'b' },
+        ]);
+        expect(await rows(schema, 'job')).toContainEqual(
+          expect.objectContaining({ status: 'SUCCEEDED', attempt: 2 }),
+        );
+        await b.stop();
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.namespaces',
+    'two schedulers with different namespaces in one schema share neither ledger rows nor locks',
+    () =>
+      withSchema(async (schema) => {
+        const clock = handClock(1);
+        const started = gate();
+        const release = gate();
+        const a = node(schema, { namespace: 'app-a', now: clock.now, catchUpGraceMs: 0 });
+        const b = node(schema, { namespace: 'app-b', now: clock.now, catchUpGraceMs: 0 });
+        const ran: string[] = [];
+        a.register('report', '* * * * * *', async () => {
+          ran.push('a');
+          started.open();
+          await release.promise;
+        });
+        b.register(
+          'report',
+          '* * * * * *',
+          () => {
+            ran.push('b');
+          },
+          { claimTimeoutMs: 200 },
+        );
+        const aRun = a.runTick('report', at(1));
+        await started.promise;
+        try {
+          await b.runTick('report', at(1)); // not blocked by a's run of the same name
+          expect(ran).toEqual(['a', 'b']);
+        } finally {
+          release.open();
+          await aRun;
+        }
+        expect((await rows(schema, 'report')).map((r) => r.status)).toEqual([
+          'SUCCEEDED',
+          'SUCCEEDED',
+        ]);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.schedule-conflict',
+    'two instances registering one job with different schedules: an event and a doctor warning, not a silent merge',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const conflicts: SchedulerEvent[] = [];
+        const make = (owner: string, cron: string) => {
+          const s = node(schema, { owner });
+          s.register('sync', cron, () => {});
+          s.on('schedule-conflict', (e) => conflicts.push(e));
+          return s;
+        };
+        const one = make('one', '0 0 * * * *');
+        const same = make('same', '0 0 * * * *');
+        await one.start();
+        await same.start();
+        expect(conflicts).toEqual([]);
+        const other = make('two', '0 30 * * * *');
+        await other.start();
+        expect(conflicts).toHaveLength(1);
+        expect(conflicts[0]).toMatchObject({ type: 'schedule-conflict', job: 'sync' });
+        const crons =
+          conflicts[0]?.type === 'schedule-conflict'
+            ? conflicts[0].schedules.map((r) => `${r.owner} ${r.cron}`).sort()
+            : [];
+        expect(crons).toEqual(['one 0 0 * * * *', 'same 0 0 * * * *', 'two 0 30 * * * *']);
+        const checks = await doctor(f.instance.executor, { schema });
+        expect(checks.find((c) => c.id === 'schedule-conflict')).toMatchObject({
+          level: 'warn',
+          message: expect.stringContaining('sync'),
+        });
+        await Promise.all([one.stop(), same.stop(), other.stop()]);
+        const after = await doctor(f.instance.executor, { schema });
+        expect(after.find((c) => c.id === 'schedule-conflict')?.level).toBe('ok');
+      }),
+    30_000,
+  );
+}

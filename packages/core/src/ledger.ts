@@ -1,0 +1,330 @@
+/**
+ * The scheduler's ledger protocol: intent-level operations on the rows that make each scheduled
+ * tick run exactly once — look a tick up, claim it, finish it, give it back, queue it, record it
+ * skipped or missed, find the holes catch-up must judge, find the next PENDING tick that is due.
+ * Every statement is in `sql/scheduler.ts`; records that concern many ticks are one statement
+ * each, so that a whole tick's records can be made at once.
+ *
+ * Row lifecycle: a tick is claimed RUNNING (attempt n), then ends SUCCEEDED, FAILED (no attempts
+ * left) or PENDING with a `retry_at` (a retry). A tick that overlaps a running one is recorded
+ * SKIPPED_OVERLAP, or queued PENDING; a tick nobody ran is recorded MISSED or run by catch-up; a
+ * tick whose run was stopped, or whose lease-mode runner died, is given back PENDING (that attempt
+ * not counted). A PENDING row whose `retry_at` has come is run by whichever node gets to it first.
+ *
+ * @packageDocumentation
+ */
+import { createHash } from 'node:crypto';
+import type { Cron } from 'croner';
+import type { QueryFn } from './executor.js';
+import type { LockKey } from './keys.js';
+import type { Statement } from './sql/locks.js';
+import {
+  claimTickStatement,
+  conflictingSchedulesStatement,
+  deregisterSchedulesStatement,
+  finishTickStatement,
+  giveBackAbandonedStatement,
+  giveBackClaimStatement,
+  giveBackTickStatement,
+  heartbeatSchedulesStatement,
+  holdersStatement,
+  type LedgerScope,
+  liveSchedulesStatement,
+  nextDueStatement,
+  pruneStatement,
+  queueTickStatement,
+  type RunRecord,
+  recentTicksStatement,
+  recordTicksStatement,
+  registerScheduleStatement,
+  tickStateStatement,
+} from './sql/scheduler.js';
+
+export type { RunRecord };
+
+/** The most holes one catch-up judges: the newest ones, found backward from the horizon. */
+export const MAX_CATCH_UP = 1000;
+
+/**
+ * How many of a job's latest ledger rows at or before the grace horizon catch-up reads: it
+ * anchors on the oldest of them written under the current schedule, and a tick nobody ran stays
+ * in view until this many later ticks are recorded.
+ */
+export const CATCH_UP_WINDOW = 10;
+
+/** How a registration stays live without a heartbeat (doctor and conflict checks). */
+export const REGISTRATION_LIVE_MS = 180_000;
+
+/** What the ledger says about one tick. */
+export type TickState =
+  /** No row: nobody claimed or judged it yet. */
+  | { readonly kind: 'free' }
+  /** PENDING and due: a retry, a queued tick or a tick given back, to claim now. */
+  | { readonly kind: 'due' }
+  /** PENDING, not yet due (a retry waiting for its delay). */
+  | { readonly kind: 'waiting' }
+  /** RUNNING, by a live runner. */
+  | { readonly kind: 'running' }
+  /** RUNNING in lease mode under a lease that is no longer live: its runner is gone. */
+  | { readonly kind: 'runner-gone' }
+  /** SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. */
+  | { readonly kind: 'settled'; readonly status: string };
+
+/** A job as the ledger knows it: its name and the hash of its schedule. */
+export interface LedgerJob {
+  readonly name: string;
+  /** {@link scheduleHash} of the job's cron expression and time zone. */
+  readonly hash: string;
+}
+
+/** A live registration of a job's schedule. */
+export interface Registration {
+  readonly owner: string;
+  readonly cron: string;
+  readonly timezone: string;
+  readonly hash: string;
+}
+
+/**
+ * The hash stored with every ledger row: which schedule (cron expression, time zone, and
+ * `domAndDow` when set) the tick belongs to. Catch-up judges only ticks of the job's current schedule.
+ */
+export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
+  const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
+  return createHash('sha256').update(reading).digest('hex').slice(0, 16);
+}
+
+const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);
+
+/** The ledger of one scheduler: its schema, namespace and owner. */
+export class Ledger {
+  constructor(
+    private readonly scope: LedgerScope,
+    private readonly owner: string,
+    /** The lease namespace of the scheduler's lease-mode jobs. */
+    private readonly leaseNamespace: string,
+  ) {}
+
+  /** What the ledger says about `tick` of `job`, by the scheduler's clock `now`. */
+  async state(query: QueryFn, job: LedgerJob, tick: Date, now: Date): Promise<TickState> {
+    const s = tickStateStatement(this.scope, this.leaseNamespace, job.name, tick, now);
+    const [row] = await rowsOf(query, s);
+    if (!row) return { kind: 'free' };
+    const status = String(row.status);
+    if (status === 'PENDING') return row.due === true ? { kind: 'due' } : { kind: 'waiting' };
+    if (status === 'RUNNING')
+      return row.runner_gone === true ? { kind: 'runner-gone' } : { kind: 'running' };
+    return { kind: 'settled', status };
+  }
+
+  /**
+   * Whether the job's lock and the tick's lock are free (taking those that are, until the end of
+   * the transaction). Asked after a wait for the job's lock timed out.
+   */
+  async holders(
+    query: QueryFn,
+    jobKey: LockKey,
+    tickKey: LockKey,
+  ): Promise<{ readonly jobFree: boolean; readonly tickFree: boolean }> {
+    const [row] = await rowsOf(query, holdersStatement(jobKey, tickKey));
+    return { jobFree: row?.job_free === true, tickFree: row?.tick_free === true };
+  }
+
+  /** Claims `tick` (free, or PENDING and due): its attempt number, or undefined when not ours. */
+  async claim(
+    query: QueryFn,
+    job: LedgerJob,
+    tick: Date,
+    token: bigint | null,
+    now: Date,
+  ): Promise<number | undefined> {
+    const s = claimTickStatement(this.scope, job.name, tick, {
+      owner: this.owner,
+      token,
+      hash: job.hash,
+      now,
+    });
+    const [row] = await rowsOf(query, s);
+    return row ? Number(row.attempt) : undefined;
+  }
+
+  /** The statement that ends a claimed run (lease mode records it with the lease's own record). */
+  finishStatement(job: LedgerJob, tick: Date, token: bigint | null, record: RunRecord): Statement {
+    return finishTickStatement(this.scope, job.name, tick, token, record);
+  }
+
+  /** Ends a claimed run. */
+  async finish(
+    query: QueryFn,
+    job: LedgerJob,
+    tick: Date,
+    token: bigint | null,
+    record: RunRecord,
+  ): Promise<void> {
+    await rowsOf(query, this.finishStatement(job, tick, token, record));
+  }
+
+  /** Gives back a tick whose run stop() aborted: due again at `now`, the attempt not counted. */
+  async giveBack(
+    query: QueryFn,
+    job: LedgerJob,
+    tick: Date,
+    token: bigint | null,
+    now: Date,
+  ): Promise<void> {
+    const s =
+      token === null
+        ? giveBackTickStatement(this.scope, job.name, tick, job.hash, now)
+        : giveBackClaimStatement(this.scope, job.name, tick, token, now);
+    await rowsOf(query, s);
+  }
+
+  /** The statement of {@link Ledger.giveBack} in lease mode, recorded with the lease's end. */
+  giveBackStatement(job: LedgerJob, tick: Date, token: bigint, now: Date): Statement {
+    return giveBackClaimStatement(this.scope, job.name, tick, token, now);
+  }
+
+  /** Gives back the ticks of lease-mode runs that did not finish under their token. */
+  async giveBackAbandoned(
+    query: QueryFn,
+    job: LedgerJob,
+    liveToken: bigint,
+    now: Date,
+  ): Promise<void> {
+    await rowsOf(query, giveBackAbandonedStatement(this.scope, job.name, liveToken, now));
+  }
+
+  /** Records `tick` SKIPPED_OVERLAP unless it has a row: whether it was recorded. */
+  async recordSkipped(query: QueryFn, job: LedgerJob, tick: Date): Promise<boolean> {
+    const s = recordTicksStatement(
+      this.scope,
+      job.name,
+      [tick],
+      'SKIPPED_OVERLAP',
+      this.owner,
+      job.hash,
+    );
+    return (await rowsOf(query, s)).length > 0;
+  }
+
+  /** Records `ticks` MISSED, in one statement: those recorded (others had rows). */
+  async recordMissed(query: QueryFn, job: LedgerJob, ticks: readonly Date[]): Promise<Date[]> {
+    if (ticks.length === 0) return [];
+    const s = recordTicksStatement(this.scope, job.name, ticks, 'MISSED', this.owner, job.hash);
+    return (await rowsOf(query, s))
+      .map((r) => new Date(r.tick as string))
+      .sort((a, b) => a.getTime() - b.getTime());
+  }
+
+  /**
+   * Queues `tick` PENDING from `now`: `'queued'`, `'exists'` (it has a row already) or `'full'`
+   * (the job has `limit` PENDING ticks; the tick is then recorded SKIPPED_OVERLAP).
+   */
+  async queue(
+    query: QueryFn,
+    job: LedgerJob,
+    tick: Date,
+    now: Date,
+    limit: number,
+  ): Promise<'queued' | 'exists' | 'full'> {
+    const s = queueTickStatement(this.scope, job.name, tick, this.owner, job.hash, now, limit);
+    if ((await rowsOf(query, s)).length > 0) return 'queued';
+    return (await this.recordSkipped(query, job, tick)) ? 'full' : 'exists';
+  }
+
+  /**
+   * The ticks of `cron` at or before `horizon` that have no row, newest first (at most
+   * {@link MAX_CATCH_UP}), found backward from the horizon down to the oldest of the job's
+   * latest {@link CATCH_UP_WINDOW} rows written under its current schedule. None when no such
+   * row exists: a new job, or a schedule just changed, has nothing settled to catch up from;
+   * ticks of another schedule are neither missed nor run.
+   */
+  async findHoles(query: QueryFn, job: LedgerJob, cron: Cron, horizon: Date): Promise<Date[]> {
+    const s = recentTicksStatement(this.scope, job.name, horizon, job.hash, CATCH_UP_WINDOW);
+    const rows = await rowsOf(query, s);
+    const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));
+    const anchors = rows
+      .filter((r) => r.current === true)
+      .map((r) => new Date(r.tick as string).getTime());
+    if (anchors.length === 0) return [];
+    const anchor = Math.min(...anchors);
+    const holes: Date[] = [];
+    // croner lists runs strictly before its reference: start just after the horizon.
+    let reference = new Date(horizon.getTime() + 1);
+    while (holes.length < MAX_CATCH_UP) {
+      const batch = cron.previousRuns(Math.min(100, MAX_CATCH_UP - holes.length), reference);
+      if (batch.length === 0) break;
+      let done = false;
+      for (const t of batch) {
+        const ms = t.getTime();
+        if (ms <= anchor) {
+          done = true;
+          break;
+        }
+        if (ms <= horizon.getTime() && !settled.has(ms)) holes.push(t);
+      }
+      const last = batch.at(-1);
+      if (done || !last || last.getTime() >= reference.getTime()) break;
+      reference = last;
+    }
+    return holes;
+  }
+
+  /** The job's oldest PENDING tick that is due at `now`, if any. */
+  async nextDue(query: QueryFn, job: LedgerJob, now: Date): Promise<Date | undefined> {
+    const [row] = await rowsOf(query, nextDueStatement(this.scope, job.name, now));
+    return row ? new Date(row.tick as string) : undefined;
+  }
+
+  /** Deletes the job's settled rows older than `retentionMs` (keeping its latest). */
+  async prune(query: QueryFn, job: LedgerJob, retentionMs: number): Promise<void> {
+    await rowsOf(query, pruneStatement(this.scope, job.name, retentionMs));
+  }
+
+  /** Registers this instance's schedule of `job`; returns every live registration of it. */
+  async register(
+    query: QueryFn,
+    job: LedgerJob,
+    schedule: { readonly cron: string; readonly timezone: string },
+  ): Promise<Registration[]> {
+    await rowsOf(
+      query,
+      registerScheduleStatement(this.scope, job.name, this.owner, { ...schedule, hash: job.hash }),
+    );
+    return this.registrations(query, job);
+  }
+
+  /** Every live registration of `job`. */
+  async registrations(query: QueryFn, job: LedgerJob): Promise<Registration[]> {
+    const rows = await rowsOf(
+      query,
+      liveSchedulesStatement(this.scope, job.name, REGISTRATION_LIVE_MS),
+    );
+    return rows.map((r) => ({
+      owner: String(r.owner),
+      cron: String(r.cron),
+      timezone: String(r.timezone),
+      hash: String(r.schedule_hash),
+    }));
+  }
+
+  /** Names of jobs in this namespace that live instances registered under different schedules. */
+  async conflictedJobs(query: QueryFn): Promise<Set<string>> {
+    const s = conflictingSchedulesStatement(
+      this.scope.schema,
+      REGISTRATION_LIVE_MS,
+      this.scope.namespace,
+    );
+    return new Set((await rowsOf(query, s)).map((r) => String(r.job)));
+  }
+
+  /** Keeps this instance's registrations live. */
+  async heartbeat(query: QueryFn): Promise<void> {
+    await rowsOf(query, heartbeatSchedulesStatement(this.scope, this.owner));
+  }
+
+  /** Removes this instance's registrations. */
+  async deregister(query: QueryFn): Promise<void> {
+    await rowsOf(query, deregisterSchedulesStatement(this.scope, this.owner));
+  }
+}
