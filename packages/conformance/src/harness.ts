@@ -63,6 +63,7 @@ export type ConformanceCaseId =
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'
+  | 'scheduler.caught-sql-error-is-failed'
   | 'scheduler.timeout-bounds-handler'
   | 'scheduler.stop-gives-back'
   | 'scheduler.retry-durable'

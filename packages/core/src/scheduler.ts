@@ -15,8 +15,9 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
+import { isConnectionLoss } from './connection-loss.js';
 import { checkFiresAfter, parseSchedule, scheduleIdentity } from './cron-schedule.js';
-import { LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
+import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
 import { LockKey } from './keys.js';
@@ -849,7 +850,29 @@ export class Scheduler<Tx> {
               await this.ledger.finish(ctx.query, job, tick, null, record);
               return { kind: 'failed' as const, attempt, error, record, catchUp };
             }
-            await ctx.query(RELEASE_SAVEPOINT);
+            try {
+              await ctx.query(RELEASE_SAVEPOINT);
+            } catch (error) {
+              // A statement of the handler failed and the handler caught the error and returned:
+              // the savepoint's release fails (25P02, or the driver repeats the handler's own
+              // error). Its work cannot commit; recording SUCCEEDED would be untrue and letting the
+              // claim roll back would leave the tick to catch-up. It is a failed attempt.
+              if (ctx.signal.aborted || isConnectionLoss(error)) throw error;
+              const rolledBack = new CommitRolledBackError(
+                `job "${job.name}": a statement of the handler failed inside the tick's transaction and the handler returned normally; none of its work can commit, so the attempt is recorded FAILED.`,
+                { cause: error },
+              );
+              // A driver that keeps the failure for the whole transaction (drizzle on postgres.js)
+              // refuses even the rollback to the savepoint: then nothing commits, the tick keeps
+              // no row, and the error says why.
+              await ctx.query(ROLLBACK_TO_SAVEPOINT).catch(() => {
+                throw rolledBack;
+              });
+              await ctx.query(RECORD_SETTINGS);
+              const record = this.failure(job, attempt, describeError(rolledBack));
+              await this.ledger.finish(ctx.query, job, tick, null, record);
+              return { kind: 'failed' as const, attempt, error: rolledBack, record, catchUp };
+            }
             await ctx.query(RECORD_SETTINGS);
             await this.ledger.finish(ctx.query, job, tick, null, { kind: 'succeeded' });
             return { kind: 'ran' as const, attempt, catchUp };

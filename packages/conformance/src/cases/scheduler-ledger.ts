@@ -8,6 +8,7 @@ import {
   createLockClient,
   createScheduler,
   doctor,
+  isLockkitError,
   type LockClient,
   type LockExecutor,
   type LockkitEvent,
@@ -323,6 +324,41 @@ export function schedulerLedgerCases<Tx, Session>(
           for (const t of [1, 2, 3])
             expect(await statusOf(schema, job, at(t))).toEqual(['SUCCEEDED']);
         }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.caught-sql-error-is-failed',
+    'a transaction-mode handler that catches its own SQL error and returns: its work cannot commit, so the tick is recorded FAILED (COMMIT_ROLLED_BACK), never SUCCEEDED and never left without a row',
+    () =>
+      withSchema(async (schema) => {
+        const clock = handClock(1);
+        const s = node(schema, { now: clock.now, catchUpGraceMs: 0 });
+        const events: SchedulerEvent[] = [];
+        s.register('job', '* * * * * *', async (run) => {
+          if (run.mode !== 'transaction') throw new Error('mode');
+          await run.query('SELECT 1 / 0').catch(() => {});
+        });
+        for (const type of ['ran', 'failed', 'error'] as const) s.on(type, (e) => events.push(e));
+        await s.runTick('job', at(1));
+        const [event] = events;
+        expect(events).toHaveLength(1);
+        const error = event && 'error' in event ? event.error : undefined;
+        // A driver that keeps a failed statement's error for the whole transaction (drizzle on
+        // postgres.js) fails the transaction whatever lockkit sends next: nothing commits, the
+        // tick keeps no row (catch-up decides) and the 'error' event carries the handler's own
+        // error (22012) or COMMIT_ROLLED_BACK. Every other driver records the failed attempt.
+        if (event?.type === 'error') {
+          expect(sqlState(error) === '22012' || isLockkitError(error)).toBe(true);
+          if (isLockkitError(error)) expect(error.code).toBe('COMMIT_ROLLED_BACK');
+          expect(await statusOf(schema, 'job', at(1))).toEqual([]);
+        } else {
+          expect(event?.type).toBe('failed');
+          expect(error).toMatchObject({ code: 'COMMIT_ROLLED_BACK' });
+          expect(await statusOf(schema, 'job', at(1))).toEqual(['FAILED']);
+        }
+        await s.stop();
       }),
     30_000,
   );
