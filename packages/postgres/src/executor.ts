@@ -51,6 +51,17 @@ export interface PostgresSqlLike<R extends PostgresReservedLike = PostgresReserv
   };
 }
 
+/**
+ * The parts of a running postgres.js query its cancel uses: `active` while the server runs it, and
+ * `canceller`, postgres.js's own cancel, whose promise settles once the server has closed the
+ * CancelRequest's socket (after signalling the backend). Internal to postgres.js, hence optional.
+ */
+interface PostgresQueryLike {
+  readonly active?: boolean;
+  canceller?: ((query: PostgresQueryLike) => PromiseLike<unknown>) | null;
+  cancel?: () => unknown;
+}
+
 /** Options of {@link postgresExecutor}. */
 export interface PostgresExecutorOptions {
   /** Name reported in errors; default `'postgres'`. */
@@ -80,8 +91,8 @@ interface Lease<R> {
   readonly watch: BackendWatch;
   /** The protocol cancel of the running statement (pools of one only). */
   readonly interrupt: (() => Promise<void>) | undefined;
-  /** True once the connection must not go back to the pool (interrupted, or not known clean). */
-  readonly interrupted: () => boolean;
+  /** True once the connection must not go back to the pool (not known clean). */
+  readonly discarded: () => boolean;
   readonly discard: () => void;
 }
 
@@ -127,13 +138,28 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
     };
     // postgres.js sends a CancelRequest on a socket of its own: on a pool of one, the only way.
-    // The connection is then ended instead of going back to the pool (see finish).
-    let interrupted = false;
+    // Its promise settles when the server has closed that socket, which it does only after
+    // signalling the backend: awaited (core awaits `interrupt` before sending anything more on
+    // the connection), the cancel can only land on the statement it was meant for, never on a
+    // later one, so the connection needs no ending afterwards. Ending it would hurt someone else:
+    // postgres.js keeps a dying connection's FATAL error (57P01) and rejects the next query it
+    // reconnects for with it — an unrelated query queued on the pool.
+    let discarded = false;
     const interrupt =
       sql.options.max === 1
         ? async () => {
-            interrupted = true;
-            pending?.cancel?.();
+            const running = pending as PostgresQueryLike | undefined;
+            if (running === undefined) return;
+            // `query.cancel()` drops the promise of its CancelRequest; postgres.js's canceller
+            // (what `cancel()` calls) returns it. A statement that is not running gets no
+            // CancelRequest, and its canceller's promise never settles: await only a sent one.
+            const { canceller } = running;
+            if (running.active !== true || typeof canceller !== 'function') {
+              running.cancel?.();
+              return;
+            }
+            running.canceller = null;
+            await Promise.resolve(canceller(running)).catch(() => undefined);
           }
         : undefined;
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
@@ -162,16 +188,16 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       stop,
       watch,
       interrupt,
-      interrupted: () => interrupted,
+      discarded: () => discarded,
       discard: () => {
-        interrupted = true;
+        discarded = true;
       },
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
-    if (l.interrupted() && !l.watched.fate.aborted) {
-      // A cancel may still be on its way to this backend: end it rather than lend it to anyone.
+    if (l.discarded() && !l.watched.fate.aborted) {
+      // Not known clean: end it rather than lend it to anyone.
       await l.reserved.unsafe(END_OWN_BACKEND).then(
         () => {},
         () => {},

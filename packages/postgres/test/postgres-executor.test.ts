@@ -88,3 +88,49 @@ describe.each([true, false])('postgres.js with prepare: %s', (prepare) => {
     }
   });
 });
+
+describe('postgres.js with max: 1', () => {
+  it('abort.queued: aborting a wait cancels only that wait, never ends the connection an unrelated queued query gets', async () => {
+    const sql = postgres(testDatabaseUrl(), { max: 1, onnotice: () => {} });
+    instances.push(sql);
+    const locks = createLockKit(sql);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    const classid = 2_000_000 + Math.floor(Math.random() * 1_000_000);
+    try {
+      await admin.query('SELECT pg_advisory_lock($1::int4, 1)', [classid]);
+      const controller = new AbortController();
+      const waiting = locks
+        .withLock(LockKey.fromPair(classid, 1), async () => 'ran', {
+          wait: true,
+          timeoutMs: 30_000,
+          signal: controller.signal,
+        })
+        .then(
+          () => 'ran',
+          (error: { code?: string }) => error.code,
+        );
+      // Gate on the server: the waiter's backend is blocked on the key.
+      let waiterPid: number | undefined;
+      while (waiterPid === undefined) {
+        const { rows } = await admin.query<{ pid: number }>(
+          `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND NOT granted`,
+          [classid],
+        );
+        waiterPid = rows[0]?.pid;
+      }
+      // The only connection is reserved by the wait: this query queues behind it.
+      const queued = sql`SELECT pg_backend_pid() AS pid`.then(
+        (rows) => Number(rows[0]?.pid),
+        (error: { code?: string }) => `failed ${error.code}`,
+      );
+      controller.abort();
+      expect(await waiting).toBe('ABORTED');
+      // The same backend serves it: the cancelled wait's connection was not ended.
+      expect(await queued).toBe(waiterPid);
+    } finally {
+      await admin.query('SELECT pg_advisory_unlock_all()');
+      await admin.end();
+    }
+  });
+});
