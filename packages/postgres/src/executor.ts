@@ -22,6 +22,7 @@ import {
   ConnectionFate,
   END_OWN_BACKEND,
   isConnectionLoss,
+  TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
 
@@ -60,6 +61,9 @@ interface PostgresQueryLike {
   readonly active?: boolean;
   canceller?: ((query: PostgresQueryLike) => PromiseLike<unknown>) | null;
   cancel?: () => unknown;
+  /** Sends the query (called by postgres.js once the query is awaited). */
+  handler?: (query: PostgresQueryLike) => unknown;
+  readonly reject?: (error: unknown) => void;
 }
 
 /** Options of {@link postgresExecutor}. */
@@ -162,15 +166,36 @@ export function postgresExecutor<R extends PostgresReservedLike>(
             await Promise.resolve(canceller(running)).catch(() => undefined);
           }
         : undefined;
+    // postgres.js sends a query from its `handler`, a microtask after the query is awaited. A
+    // connection postgres.js has closed, before the watch has said whose it was, would take it
+    // and crash the process (a TypeError from a timer) or never answer: the handler waits for a
+    // running check and sends only on a connection not known dead.
+    const held = <Q>(query: Q): Q => {
+      const q = query as unknown as PostgresQueryLike;
+      const send = q.handler;
+      if (typeof send !== 'function') return query;
+      q.handler = (self) => {
+        const checking = watch.settled();
+        if (checking === undefined && !fate.aborted) return send(self);
+        void Promise.resolve(checking).then(() => {
+          if (fate.aborted) self.reject?.(gone());
+          else send(self);
+        });
+        return undefined;
+      };
+      return query;
+    };
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
       ((...args: Parameters<F>) => {
         if (fate.aborted) throw gone();
-        return fn(...args);
+        return held(fn(...args));
       }) as F;
     const handle = new Proxy(reserved, {
       apply: (target, thisArg, args) => {
         if (fate.aborted) throw gone();
-        return Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args);
+        return held(
+          Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args),
+        );
       },
       get: (target, property, receiver) => {
         const value = Reflect.get(target, property, receiver) as unknown;
@@ -260,7 +285,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
       return result;
     } catch (error) {
-      if (isConnectionLoss(error)) fate.abort(error);
+      // A task that hit the dead connection itself: no ROLLBACK on it (it would never answer).
+      if (isConnectionLoss(error)) fate.abort(error instanceof TaskFailure ? error.error : error);
       if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
@@ -292,7 +318,9 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           backendPid,
         });
       } catch (error) {
-        if (isConnectionLoss(error)) l.watched.fate.abort(error);
+        if (isConnectionLoss(error)) {
+          l.watched.fate.abort(error instanceof TaskFailure ? error.error : error);
+        }
         throw error;
       } finally {
         await finish(l);

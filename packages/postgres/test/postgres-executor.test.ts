@@ -87,6 +87,56 @@ describe.each([true, false])('postgres.js with prepare: %s', (prepare) => {
       await admin.end();
     }
   });
+
+  /**
+   * Terminates the task's backend, then queries on the task's handle once the gate (installed
+   * after the executor's own close hook) opens.
+   */
+  async function queryAfterTerminate(
+    sql: postgres.Sql,
+    gate: (sql: postgres.Sql) => () => Promise<void>,
+  ) {
+    const locks = createLockKit(sql);
+    const ready = gate(sql);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    try {
+      return await locks
+        .withLock(LockKey.fromNames('pjs', `terminate-${Math.random()}`), async (tx) => {
+          const [row] = await tx.unsafe('SELECT pg_backend_pid() AS pid');
+          await admin.query('SELECT pg_terminate_backend($1)', [row?.pid]);
+          await ready();
+          await tx.unsafe('SELECT 1');
+          return 'done';
+        })
+        .then(
+          () => 'resolved',
+          (error: { code?: string }) => error.code,
+        );
+    } finally {
+      await admin.end();
+    }
+  }
+
+  it('terminate.query-at-once: a query sent as the backend dies rejects CONNECTION_LOST, never hangs', async () => {
+    expect(await queryAfterTerminate(newSql(), () => async () => {})).toBe('CONNECTION_LOST');
+  }, 15_000);
+
+  it('terminate.query-after-close: a query sent after postgres.js closed the socket, before anyone checked, rejects CONNECTION_LOST, never crashes', async () => {
+    // Gate: postgres.js has closed the connection (the watch's check has only started).
+    const afterClose = (sql: postgres.Sql) => {
+      const options = sql.options as { onclose?: ((id: number) => void) | null };
+      const hook = options.onclose;
+      const closeSeen = new Promise<void>((resolve) => {
+        options.onclose = (id: number) => {
+          hook?.(id);
+          resolve();
+        };
+      });
+      return () => closeSeen;
+    };
+    expect(await queryAfterTerminate(newSql(), afterClose)).toBe('CONNECTION_LOST');
+  }, 15_000);
 });
 
 describe('postgres.js with max: 1', () => {
