@@ -11,6 +11,7 @@
 import {
   CommitRolledBackError,
   type LockExecutor,
+  LockkitError,
   type QueryFn,
   type Row,
   type SessionContext,
@@ -118,6 +119,19 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   sql: PostgresSqlLike<R>,
   options: PostgresExecutorOptions = {},
 ): LockExecutor<R, R> {
+  // A TransactionSql (the `sql` inside `sql.begin`) has neither the pool's
+  // options nor `reserve`: lockkit needs the instance itself.
+  const candidate = sql as Partial<PostgresSqlLike<R>> | null | undefined;
+  if (
+    typeof candidate?.reserve !== 'function' ||
+    typeof candidate.options !== 'object' ||
+    candidate.options === null
+  ) {
+    throw new LockkitError(
+      'EXECUTOR_INVALID',
+      'postgresExecutor needs the postgres.js instance (postgres(url)), not the sql of a transaction: lockkit opens its own transactions on it.',
+    );
+  }
   const watch = ConnectionWatch.of(sql);
 
   async function lease(): Promise<Lease<R>> {

@@ -184,3 +184,19 @@ describe('postgres.js with max: 1', () => {
     }
   });
 });
+
+describe('postgres.js handles lockkit cannot use', () => {
+  it('executor.transaction-sql: a TransactionSql (inside sql.begin) is refused EXECUTOR_INVALID, before any SQL', async () => {
+    const sql = postgres(testDatabaseUrl(), { max: 1, onnotice: () => {} });
+    instances.push(sql);
+    const code = await sql.begin(async (tx) => {
+      try {
+        createLockKit(tx as never);
+        return 'accepted';
+      } catch (error) {
+        return (error as { code?: string }).code ?? String(error);
+      }
+    });
+    expect(code).toBe('EXECUTOR_INVALID');
+  });
+});
