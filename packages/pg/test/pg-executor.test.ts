@@ -207,7 +207,8 @@ describe('pgExecutor over one pg.Client', () => {
       const locks = createLockKit(client);
       const first = await locks
         .runExclusiveJob('pg-adapter-test', `dead-${Math.random()}`, async (tx) => {
-          await admin.query('SELECT pg_terminate_backend($1)', [client.processID]);
+          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
           await tx.query('SELECT 1');
         })
         .then(
