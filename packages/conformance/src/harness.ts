@@ -90,7 +90,8 @@ export type ConformanceCaseId =
   | 'truth.session-reacquired-key-freed'
   | 'truth.one-trip-skip-any-language'
   | 'truth.pool-of-one-abort'
-  | 'truth.caller-transaction-open';
+  | 'truth.caller-transaction-open'
+  | 'truth.commit-failure-is-typed';
 
 /**
  * An adapter over ONE connection that the caller also uses directly (a `pg.Client`): the caller

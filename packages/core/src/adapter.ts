@@ -22,4 +22,5 @@ export {
   type PgPoolEventsLike,
   slotOf,
 } from './connection-slots.js';
+export { TaskFailure } from './lock-engine.js';
 export { BACKEND_PID, END_OWN_BACKEND } from './sql/locks.js';

@@ -54,3 +54,19 @@ export function commitOutcomeUnknown(
     { cause: error },
   );
 }
+
+/**
+ * A failure of COMMIT itself on a live connection — a deferred constraint (23xxx), a
+ * serialization failure (40001), any error Postgres raised at COMMIT: the transaction rolled back,
+ * nothing was written. Returns {@link CommitRolledBackError} with the driver's error as `cause`
+ * (its SQLSTATE readable there); undefined for lockkit's own errors and errors with no SQLSTATE.
+ */
+export function commitFailed(error: unknown, what: string): CommitRolledBackError | undefined {
+  if (error instanceof LockkitError || isConnectionLoss(error)) return undefined;
+  const state = sqlState(error);
+  if (state === undefined) return undefined;
+  return new CommitRolledBackError(
+    `${what}: COMMIT failed (SQLSTATE ${state}), so the transaction rolled back: nothing was written. The driver's error is the cause.`,
+    { cause: error },
+  );
+}

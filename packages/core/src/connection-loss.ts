@@ -4,7 +4,16 @@
  *
  * @packageDocumentation
  */
+import { TaskFailure } from './lock-engine.js';
 import { sqlState } from './postgres-errors.js';
+
+/**
+ * What `error` wraps: a task's own error (a task that hit the dead connection itself), else its
+ * `cause`.
+ */
+function wrapped(error: object): unknown {
+  return error instanceof TaskFailure ? error.error : (error as { cause?: unknown }).cause;
+}
 
 /**
  * SQLSTATEs and driver codes of a lost connection: the admin-shutdown class (57P01-57P03), the
@@ -21,14 +30,14 @@ const LOST_MESSAGES =
 /** The codes an error and what it wraps carry: its own `code`, `meta.code`, the `cause` chain. */
 function codesOf(error: unknown): string[] {
   const codes: string[] = [];
-  const state = sqlState(error);
-  if (state !== undefined) codes.push(state);
   let current: unknown = error;
   for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
+    const state = sqlState(current);
+    if (state !== undefined) codes.push(state);
     const { code, meta } = current as { code?: unknown; meta?: { code?: unknown } };
     if (typeof code === 'string') codes.push(code);
     if (typeof meta?.code === 'string') codes.push(meta.code);
-    current = (current as { cause?: unknown }).cause;
+    current = wrapped(current);
   }
   return codes;
 }
@@ -44,7 +53,7 @@ export function isConnectionLoss(error: unknown): boolean {
   for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
     const { message } = current as { message?: unknown };
     if (typeof message === 'string' && LOST_MESSAGES.test(message)) return true;
-    current = (current as { cause?: unknown }).cause;
+    current = wrapped(current);
   }
   return false;
 }

@@ -21,6 +21,8 @@ export interface PgEventSourceLike {
 /** A connection's current lease: the fate its listeners report to, while lockkit holds it. */
 export interface ConnectionSlot {
   current: ConnectionFate | undefined;
+  /** Why the connection died ('error' or 'end' seen), undefined while it lives. */
+  lost: unknown;
 }
 
 const slots = new WeakMap<PgEventSourceLike, ConnectionSlot>();
@@ -33,9 +35,16 @@ const slots = new WeakMap<PgEventSourceLike, ConnectionSlot>();
 export function slotOf(client: PgEventSourceLike): ConnectionSlot {
   let slot = slots.get(client);
   if (!slot) {
-    const created: ConnectionSlot = { current: undefined };
-    client.on('error', (error: Error) => created.current?.abort(error));
-    client.on('end', () => created.current?.abort(new Error('Connection ended')));
+    const created: ConnectionSlot = { current: undefined, lost: undefined };
+    client.on('error', (error: Error) => {
+      created.lost ??= error;
+      created.current?.abort(error);
+    });
+    client.on('end', () => {
+      const ended = new Error('Connection ended');
+      created.lost ??= ended;
+      created.current?.abort(ended);
+    });
     slots.set(client, created);
     slot = created;
   }

@@ -94,8 +94,12 @@ export function isSkipMarker(error: unknown): boolean {
   );
 }
 
-/** Marks an error thrown by the user's task, so that it is rethrown unchanged. */
+/**
+ * Marks an error thrown by the user's task, so that it is rethrown unchanged. An executor's
+ * transaction callback rejects with it when the task threw; `error` is what the task threw.
+ */
 export class TaskFailure {
+  /** @param error What the task threw. */
   constructor(readonly error: unknown) {}
 }
 

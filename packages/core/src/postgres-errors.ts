@@ -18,20 +18,23 @@ const isSqlState = (code: unknown): code is string =>
 
 /**
  * SQLSTATE of a driver error, looked up on the error and what it wraps: `cause` chains, Prisma's
- * `meta.code` and `meta.driverAdapterError`.
+ * `meta.code` and `meta.driverAdapterError`, a Prisma driver adapter's `originalCode`.
  */
 export function sqlState(error: unknown): string | undefined {
   const queue: unknown[] = [error];
   for (let seen = 0; queue.length > 0 && seen < 8; seen++) {
     const current = queue.shift();
     if (typeof current !== 'object' || current === null) continue;
-    const { code, meta, cause } = current as {
+    const { code, meta, cause, originalCode } = current as {
       code?: unknown;
       meta?: { code?: unknown; driverAdapterError?: unknown };
       cause?: unknown;
+      originalCode?: unknown;
     };
     if (isSqlState(code)) return code;
     if (isSqlState(meta?.code)) return meta.code;
+    // A Prisma driver adapter's error (`DriverAdapterError`) keeps Postgres's SQLSTATE here.
+    if (isSqlState(originalCode)) return originalCode;
     queue.push(cause, meta?.driverAdapterError);
   }
   return undefined;

@@ -5,7 +5,7 @@
  *
  * @packageDocumentation
  */
-import { checkCommittable, commitOutcomeUnknown } from './commit-truth.js';
+import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { track } from './events.js';
 import type { Row, TransactionContext } from './executor.js';
 import type { LockKey } from './keys.js';
@@ -103,7 +103,8 @@ export async function transactionLock<Tx, Session, T>(
     }
     const classified =
       (committing &&
-        commitOutcomeUnknown(error, connection?.signal.aborted === true, `lock ${key}`)) ||
+        (commitOutcomeUnknown(error, connection?.signal.aborted === true, `lock ${key}`) ??
+          commitFailed(error, `lock ${key}`))) ||
       classify(error, `lock ${key}`, connection, p.signal);
     tracker.settled(classified);
     throw classified;

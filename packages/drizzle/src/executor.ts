@@ -109,6 +109,36 @@ function protocolCancel(client: unknown): () => Promise<void> {
   };
 }
 
+/**
+ * Makes the postgres.js connection under a Drizzle transaction refuse queries once its fate says
+ * it died: postgres.js sends a query given a closed connection anyway, and crashes the process (a
+ * TypeError thrown from a timer) or never answers. Drizzle's session reads `client` for every
+ * query, so a guarded client there guards `tx.execute`, the query builders and savepoints.
+ */
+function refuseWhenLost(tx: unknown, fate: ConnectionFate): void {
+  const session = (tx as { session?: { client?: unknown } }).session;
+  const client = session?.client;
+  if (session === undefined || typeof client !== 'function') return;
+  const refuse = () => {
+    if (fate.aborted) throw fate.reason;
+  };
+  session.client = new Proxy(client, {
+    apply: (target, thisArg, args) => {
+      refuse();
+      return Reflect.apply(target as (...a: unknown[]) => unknown, thisArg, args);
+    },
+    get: (target, property, receiver) => {
+      const value = Reflect.get(target, property, receiver) as unknown;
+      if (typeof value !== 'function' || property === 'constructor') return value;
+      if (property !== 'unsafe' && property !== 'file' && property !== 'savepoint') return value;
+      return (...args: unknown[]) => {
+        refuse();
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+}
+
 function kindOf(client: unknown): 'pg-pool' | 'pg-client' | 'postgres-js' | 'other' {
   if (
     typeof client === 'function' &&
@@ -187,6 +217,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
           const slot = kind !== 'postgres-js' && isEventful(client) ? slotOf(client) : undefined;
           if (slot) slot.current = fate;
+          if (kind === 'postgres-js') refuseWhenLost(tx, fate);
           const query: QueryFn = async (text, params) => {
             if (fate.aborted) throw fate.reason;
             try {

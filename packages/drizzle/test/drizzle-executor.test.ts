@@ -79,6 +79,34 @@ describe.each([
     expect(r.executed).toBe(true);
     if (r.executed) expect(JSON.stringify(r.result)).toContain('"n":0');
   });
+
+  it('terminate.query-after-loss: a Drizzle query after the backend died rejects CONNECTION_LOST, never crashes or hangs', async () => {
+    const { locks } = setup();
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    closers.push(() => admin.end());
+    const outcome = await locks
+      .withLock(
+        LockKey.fromNames('drizzle-test', `terminate-${Math.random()}`),
+        async (tx, ctx) => {
+          const t = tx as unknown as { execute(q: ReturnType<typeof sql>): Promise<unknown> };
+          const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+          const lost = new Promise<void>((resolve) =>
+            ctx.signal.addEventListener('abort', () => resolve(), { once: true }),
+          );
+          await admin.query('SELECT pg_terminate_backend($1)', [row?.pid]);
+          // Gate: lockkit knows the connection is gone; the task queries on anyway.
+          await lost;
+          await t.execute(sql`SELECT 1`);
+          return 'done';
+        },
+      )
+      .then(
+        () => 'resolved',
+        (error: { code?: string }) => error.code,
+      );
+    expect(outcome).toBe('CONNECTION_LOST');
+  }, 15_000);
 });
 
 describe('Drizzle on a single pg.Client', () => {

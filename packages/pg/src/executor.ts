@@ -8,6 +8,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import {
   CommitRolledBackError,
+  ConnectionLostError,
   type LockExecutor,
   LockkitError,
   type QueryFn,
@@ -192,6 +193,16 @@ export function pgExecutor(
     const status = lease.single ? lease.client.getTransactionStatus?.() : undefined;
     return status === 'T' || status === 'E';
   };
+  /** A single client whose connection died (pg keeps its last transaction status). */
+  const deadClientError = (lease: Lease<PgClientLike>): ConnectionLostError | undefined => {
+    if (!lease.single) return undefined;
+    const { lost } = slotOf(lease.client);
+    if (lost === undefined) return undefined;
+    return new ConnectionLostError(
+      'The pg.Client given to lockkit has lost its connection (its backend died or it was ended): connect a new client.',
+      { cause: lost },
+    );
+  };
   const callerTransactionError = () =>
     new LockkitError(
       'CALLER_TRANSACTION_OPEN',
@@ -213,6 +224,11 @@ export function pgExecutor(
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
     try {
+      const dead = deadClientError(lease);
+      if (dead) {
+        inTransactionBlock = false;
+        throw dead;
+      }
       if (callerTransactionOpen(lease)) {
         inTransactionBlock = false;
         throw callerTransactionError();
@@ -286,6 +302,8 @@ export function pgExecutor(
       let discarded: Error | undefined;
       try {
         // Cleaning the session afterwards would roll back the caller's own transaction.
+        const dead = deadClientError(lease);
+        if (dead) throw dead;
         if (callerTransactionOpen(lease)) throw callerTransactionError();
         const backendPid = lease.client.processID ?? undefined;
         const { client } = lease;

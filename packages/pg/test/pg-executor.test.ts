@@ -196,4 +196,38 @@ describe('pgExecutor over one pg.Client', () => {
       await client.end();
     }
   });
+
+  it('client.dead: calls on a client whose backend died reject CONNECTION_LOST, not CALLER_TRANSACTION_OPEN', async () => {
+    const client = new pg.Client({ connectionString: testDatabaseUrl() });
+    client.on('error', () => {});
+    await client.connect();
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    try {
+      const locks = createLockKit(client);
+      const first = await locks
+        .runExclusiveJob('pg-adapter-test', `dead-${Math.random()}`, async (tx) => {
+          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid]);
+          await tx.query('SELECT 1');
+        })
+        .then(
+          () => 'resolved',
+          (error: { code?: string }) => error.code,
+        );
+      expect(first).toBe('CONNECTION_LOST');
+      const codeOf = (p: Promise<unknown>) =>
+        p.then(
+          () => 'resolved',
+          (error: { code?: string }) => error.code,
+        );
+      expect(await codeOf(locks.runExclusiveJob('pg-adapter-test', 'after', async () => 1))).toBe(
+        'CONNECTION_LOST',
+      );
+      expect(await codeOf(locks.withSessionLock(key(), async () => 1))).toBe('CONNECTION_LOST');
+    } finally {
+      await admin.end();
+      await client.end().catch(() => {});
+    }
+  });
 });

@@ -11,6 +11,7 @@
 import {
   CommitRolledBackError,
   type LockExecutor,
+  LockkitError,
   type QueryFn,
   type Row,
   type SessionContext,
@@ -22,6 +23,7 @@ import {
   ConnectionFate,
   END_OWN_BACKEND,
   isConnectionLoss,
+  TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
 
@@ -49,6 +51,20 @@ export interface PostgresSqlLike<R extends PostgresReservedLike = PostgresReserv
     /** The pool size: with one connection, a wait is cancelled with the protocol's own request. */
     readonly max?: number;
   };
+}
+
+/**
+ * The parts of a running postgres.js query its cancel uses: `active` while the server runs it, and
+ * `canceller`, postgres.js's own cancel, whose promise settles once the server has closed the
+ * CancelRequest's socket (after signalling the backend). Internal to postgres.js, hence optional.
+ */
+interface PostgresQueryLike {
+  readonly active?: boolean;
+  canceller?: ((query: PostgresQueryLike) => PromiseLike<unknown>) | null;
+  cancel?: () => unknown;
+  /** Sends the query (called by postgres.js once the query is awaited). */
+  handler?: (query: PostgresQueryLike) => unknown;
+  readonly reject?: (error: unknown) => void;
 }
 
 /** Options of {@link postgresExecutor}. */
@@ -80,8 +96,8 @@ interface Lease<R> {
   readonly watch: BackendWatch;
   /** The protocol cancel of the running statement (pools of one only). */
   readonly interrupt: (() => Promise<void>) | undefined;
-  /** True once the connection must not go back to the pool (interrupted, or not known clean). */
-  readonly interrupted: () => boolean;
+  /** True once the connection must not go back to the pool (not known clean). */
+  readonly discarded: () => boolean;
   readonly discard: () => void;
 }
 
@@ -103,6 +119,19 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   sql: PostgresSqlLike<R>,
   options: PostgresExecutorOptions = {},
 ): LockExecutor<R, R> {
+  // A TransactionSql (the `sql` inside `sql.begin`) has neither the pool's
+  // options nor `reserve`: lockkit needs the instance itself.
+  const candidate = sql as Partial<PostgresSqlLike<R>> | null | undefined;
+  if (
+    typeof candidate?.reserve !== 'function' ||
+    typeof candidate.options !== 'object' ||
+    candidate.options === null
+  ) {
+    throw new LockkitError(
+      'EXECUTOR_INVALID',
+      'postgresExecutor needs the postgres.js instance (postgres(url)), not the sql of a transaction: lockkit opens its own transactions on it.',
+    );
+  }
   const watch = ConnectionWatch.of(sql);
 
   async function lease(): Promise<Lease<R>> {
@@ -127,24 +156,60 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
     };
     // postgres.js sends a CancelRequest on a socket of its own: on a pool of one, the only way.
-    // The connection is then ended instead of going back to the pool (see finish).
-    let interrupted = false;
+    // Its promise settles when the server has closed that socket, which it does only after
+    // signalling the backend: awaited (core awaits `interrupt` before sending anything more on
+    // the connection), the cancel can only land on the statement it was meant for, never on a
+    // later one, so the connection needs no ending afterwards. Ending it would hurt someone else:
+    // postgres.js keeps a dying connection's FATAL error (57P01) and rejects the next query it
+    // reconnects for with it — an unrelated query queued on the pool.
+    let discarded = false;
     const interrupt =
       sql.options.max === 1
         ? async () => {
-            interrupted = true;
-            pending?.cancel?.();
+            const running = pending as PostgresQueryLike | undefined;
+            if (running === undefined) return;
+            // `query.cancel()` drops the promise of its CancelRequest; postgres.js's canceller
+            // (what `cancel()` calls) returns it. A statement that is not running gets no
+            // CancelRequest, and its canceller's promise never settles: await only a sent one.
+            const { canceller } = running;
+            if (running.active !== true || typeof canceller !== 'function') {
+              running.cancel?.();
+              return;
+            }
+            running.canceller = null;
+            await Promise.resolve(canceller(running)).catch(() => undefined);
           }
         : undefined;
+    // postgres.js sends a query from its `handler`, a microtask after the query is awaited. A
+    // connection postgres.js has closed, before the watch has said whose it was, would take it
+    // and crash the process (a TypeError from a timer) or never answer: the handler waits for a
+    // running check and sends only on a connection not known dead.
+    const held = <Q>(query: Q): Q => {
+      const q = query as unknown as PostgresQueryLike;
+      const send = q.handler;
+      if (typeof send !== 'function') return query;
+      q.handler = (self) => {
+        const checking = watch.settled();
+        if (checking === undefined && !fate.aborted) return send(self);
+        void Promise.resolve(checking).then(() => {
+          if (fate.aborted) self.reject?.(gone());
+          else send(self);
+        });
+        return undefined;
+      };
+      return query;
+    };
     const guard = <F extends (...args: never[]) => unknown>(fn: F): F =>
       ((...args: Parameters<F>) => {
         if (fate.aborted) throw gone();
-        return fn(...args);
+        return held(fn(...args));
       }) as F;
     const handle = new Proxy(reserved, {
       apply: (target, thisArg, args) => {
         if (fate.aborted) throw gone();
-        return Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args);
+        return held(
+          Reflect.apply(target as unknown as (...a: unknown[]) => unknown, thisArg, args),
+        );
       },
       get: (target, property, receiver) => {
         const value = Reflect.get(target, property, receiver) as unknown;
@@ -162,16 +227,16 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       stop,
       watch,
       interrupt,
-      interrupted: () => interrupted,
+      discarded: () => discarded,
       discard: () => {
-        interrupted = true;
+        discarded = true;
       },
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
-    if (l.interrupted() && !l.watched.fate.aborted) {
-      // A cancel may still be on its way to this backend: end it rather than lend it to anyone.
+    if (l.discarded() && !l.watched.fate.aborted) {
+      // Not known clean: end it rather than lend it to anyone.
       await l.reserved.unsafe(END_OWN_BACKEND).then(
         () => {},
         () => {},
@@ -234,7 +299,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
       return result;
     } catch (error) {
-      if (isConnectionLoss(error)) fate.abort(error);
+      // A task that hit the dead connection itself: no ROLLBACK on it (it would never answer).
+      if (isConnectionLoss(error)) fate.abort(error instanceof TaskFailure ? error.error : error);
       if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
@@ -266,7 +332,9 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           backendPid,
         });
       } catch (error) {
-        if (isConnectionLoss(error)) l.watched.fate.abort(error);
+        if (isConnectionLoss(error)) {
+          l.watched.fate.abort(error instanceof TaskFailure ? error.error : error);
+        }
         throw error;
       } finally {
         await finish(l);

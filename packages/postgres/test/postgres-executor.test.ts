@@ -87,4 +87,116 @@ describe.each([true, false])('postgres.js with prepare: %s', (prepare) => {
       await admin.end();
     }
   });
+
+  /**
+   * Terminates the task's backend, then queries on the task's handle once the gate (installed
+   * after the executor's own close hook) opens.
+   */
+  async function queryAfterTerminate(
+    sql: postgres.Sql,
+    gate: (sql: postgres.Sql) => () => Promise<void>,
+  ) {
+    const locks = createLockKit(sql);
+    const ready = gate(sql);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    try {
+      return await locks
+        .withLock(LockKey.fromNames('pjs', `terminate-${Math.random()}`), async (tx) => {
+          const [row] = await tx.unsafe('SELECT pg_backend_pid() AS pid');
+          await admin.query('SELECT pg_terminate_backend($1)', [row?.pid]);
+          await ready();
+          await tx.unsafe('SELECT 1');
+          return 'done';
+        })
+        .then(
+          () => 'resolved',
+          (error: { code?: string }) => error.code,
+        );
+    } finally {
+      await admin.end();
+    }
+  }
+
+  it('terminate.query-at-once: a query sent as the backend dies rejects CONNECTION_LOST, never hangs', async () => {
+    expect(await queryAfterTerminate(newSql(), () => async () => {})).toBe('CONNECTION_LOST');
+  }, 15_000);
+
+  it('terminate.query-after-close: a query sent after postgres.js closed the socket, before anyone checked, rejects CONNECTION_LOST, never crashes', async () => {
+    // Gate: postgres.js has closed the connection (the watch's check has only started).
+    const afterClose = (sql: postgres.Sql) => {
+      const options = sql.options as { onclose?: ((id: number) => void) | null };
+      const hook = options.onclose;
+      const closeSeen = new Promise<void>((resolve) => {
+        options.onclose = (id: number) => {
+          hook?.(id);
+          resolve();
+        };
+      });
+      return () => closeSeen;
+    };
+    expect(await queryAfterTerminate(newSql(), afterClose)).toBe('CONNECTION_LOST');
+  }, 15_000);
+});
+
+describe('postgres.js with max: 1', () => {
+  it('abort.queued: aborting a wait cancels only that wait, never ends the connection an unrelated queued query gets', async () => {
+    const sql = postgres(testDatabaseUrl(), { max: 1, onnotice: () => {} });
+    instances.push(sql);
+    const locks = createLockKit(sql);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    const classid = 2_000_000 + Math.floor(Math.random() * 1_000_000);
+    try {
+      await admin.query('SELECT pg_advisory_lock($1::int4, 1)', [classid]);
+      const controller = new AbortController();
+      const waiting = locks
+        .withLock(LockKey.fromPair(classid, 1), async () => 'ran', {
+          wait: true,
+          timeoutMs: 30_000,
+          signal: controller.signal,
+        })
+        .then(
+          () => 'ran',
+          (error: { code?: string }) => error.code,
+        );
+      // Gate on the server: the waiter's backend is blocked on the key.
+      let waiterPid: number | undefined;
+      while (waiterPid === undefined) {
+        const { rows } = await admin.query<{ pid: number }>(
+          `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = $1 AND NOT granted`,
+          [classid],
+        );
+        waiterPid = rows[0]?.pid;
+      }
+      // The only connection is reserved by the wait: this query queues behind it.
+      const queued = sql`SELECT pg_backend_pid() AS pid`.then(
+        (rows) => Number(rows[0]?.pid),
+        (error: { code?: string }) => `failed ${error.code}`,
+      );
+      controller.abort();
+      expect(await waiting).toBe('ABORTED');
+      // The same backend serves it: the cancelled wait's connection was not ended.
+      expect(await queued).toBe(waiterPid);
+    } finally {
+      await admin.query('SELECT pg_advisory_unlock_all()');
+      await admin.end();
+    }
+  });
+});
+
+describe('postgres.js handles lockkit cannot use', () => {
+  it('executor.transaction-sql: a TransactionSql (inside sql.begin) is refused EXECUTOR_INVALID, before any SQL', async () => {
+    const sql = postgres(testDatabaseUrl(), { max: 1, onnotice: () => {} });
+    instances.push(sql);
+    const code = await sql.begin(async (tx) => {
+      try {
+        createLockKit(tx as never);
+        return 'accepted';
+      } catch (error) {
+        return (error as { code?: string }).code ?? String(error);
+      }
+    });
+    expect(code).toBe('EXECUTOR_INVALID');
+  });
 });

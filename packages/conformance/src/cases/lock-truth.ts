@@ -12,6 +12,24 @@ import { type ConformanceAdapter, gate, randomKey, rejection } from '../harness.
 import { startRoundTripProxy } from '../proxy.js';
 import { caseIt, casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
+/** The SQLSTATE an error (or what it wraps) carries, whatever the driver. */
+function sqlStateOf(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && typeof current === 'object' && current !== null; depth++) {
+    const { code, meta, originalCode } = current as {
+      code?: unknown;
+      meta?: { code?: unknown };
+      originalCode?: unknown;
+    };
+    // Prisma's driver adapters keep the SQLSTATE as `originalCode`.
+    for (const candidate of [code, meta?.code, originalCode]) {
+      if (typeof candidate === 'string' && /^[0-9A-Z]{5}$/.test(candidate)) return candidate;
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
 /** The `code` of an error, whatever its class. */
 const codeOf = (error: unknown): unknown => (error as { code?: unknown } | null)?.code;
 
@@ -92,6 +110,39 @@ export function lockTruthCases<Tx, Session>(
         expect(await t.ids()).toEqual([1, 3]);
       } finally {
         await t.drop();
+      }
+    },
+  );
+
+  test(
+    'truth.commit-failure-is-typed',
+    'COMMIT itself fails (a deferred foreign key): the call rejects COMMIT_ROLLED_BACK with the driver error, SQLSTATE 23503, as cause, and nothing is written',
+    async () => {
+      const f = fixture();
+      const suffix = randomBytes(6).toString('hex');
+      const parent = `lockkit_truth_p_${suffix}`;
+      const child = `lockkit_truth_c_${suffix}`;
+      await f.observer.query(`CREATE TABLE ${parent} (id int PRIMARY KEY)`);
+      await f.observer.query(
+        `CREATE TABLE ${child} (id int, parent int REFERENCES ${parent} (id) DEFERRABLE INITIALLY DEFERRED)`,
+      );
+      try {
+        const error = await rejection(
+          f.locks.withLock(randomKey(), async (_tx, ctx) => {
+            // Accepted now, checked at COMMIT: there is no parent 99.
+            await ctx.query(`INSERT INTO ${child} VALUES (1, 99)`);
+            return 'done';
+          }),
+        );
+        expect(codeOf(error)).toBe('COMMIT_ROLLED_BACK');
+        expect((error as { cause?: unknown }).cause).toBeDefined();
+        expect(sqlStateOf((error as { cause?: unknown }).cause)).toBe('23503');
+        const rows = await f.observer.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${child}`,
+        );
+        expect(rows[0]?.n).toBe(0);
+      } finally {
+        await f.observer.query(`DROP TABLE IF EXISTS ${child}, ${parent}`);
       }
     },
   );
