@@ -18,6 +18,11 @@ import { parseSchedule } from './cron-schedule.js';
 import { offsetChanges } from './schedule-gap.js';
 import { TickTimer } from './tick-timer.js';
 
+// The same generated cases on every run, so that CI never fails on luck: a new seed explores
+// (LOCKKIT_PROPERTY_SEED=<n>), and a counterexample it finds becomes a fixed example below.
+const propertySeed = Number(process.env.LOCKKIT_PROPERTY_SEED ?? 20261201);
+fc.configureGlobal({ seed: propertySeed });
+
 const YEAR = 365.25 * 86_400_000;
 /** Simulated span of every schedule. */
 const SPAN = 5 * YEAR;
@@ -409,8 +414,13 @@ describe('TickTimer against croner (property)', () => {
           // one run for the ledger, so only ticks count here, and none invented.
           const fired = [...ran.keys()].filter((t) => t <= end).sort((a, b) => a - b);
           expect(fired, context).toEqual(all);
-          for (const [t, n] of ran)
-            expect(n, `${context}: ${new Date(t).toISOString()}`).toBeLessThanOrEqual(2);
+          // A tick fires at most once per timer that could see it: the one alive at its jittered
+          // instant, and each timer started within jitterMs after it (it owes the tick).
+          const starts = [s.start, ...stops.slice(0, -1)];
+          for (const [t, n] of ran) {
+            const owing = starts.filter((x) => x >= t && x <= t + jitterMs).length;
+            expect(n, `${context}: ${new Date(t).toISOString()}`).toBeLessThanOrEqual(1 + owing);
+          }
           ticksChecked += all.length;
           schedules++;
         },
@@ -427,6 +437,19 @@ describe('TickTimer against croner (property)', () => {
               restarts: [0.3, 0.7],
               jitter: 0.4,
               seed: 1,
+            },
+          ],
+          [
+            // Found by CI (seed 776933810): two restarts at the very start, each a timer that
+            // owes the tick of the last jitterMs before it, so three timers fire that tick.
+            {
+              pattern: '0 0 0 * * *',
+              timezone: 'Asia/Hong_Kong',
+              domAndDow: false,
+              start: 788918400000,
+              restarts: [0, 0],
+              jitter: 0.3333333449074074,
+              seed: 0,
             },
           ],
         ],
