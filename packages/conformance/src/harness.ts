@@ -26,6 +26,7 @@ export type ConformanceCaseId =
   | 'session.survives-commit'
   | 'session.reentrant-and-stacking'
   | 'session.released-on-error'
+  | 'session.no-state-leaks'
   | 'session.blocking'
   | 'session.separate-connections'
   | 'session.unlocked-behind-our-back'

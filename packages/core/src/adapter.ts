@@ -23,4 +23,4 @@ export {
   slotOf,
 } from './connection-slots.js';
 export { TaskFailure } from './lock-engine.js';
-export { BACKEND_PID, END_OWN_BACKEND } from './sql/locks.js';
+export { BACKEND_PID, END_OWN_BACKEND, RESET_AUTHORIZATION } from './sql/locks.js';

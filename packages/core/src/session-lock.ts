@@ -1,7 +1,9 @@
 /**
  * Session-scoped locks on a dedicated connection: refused behind a transaction pooler, released
  * only on the backend that took them, and the connection returned clean — no transaction left
- * open, no hold of the key left — or discarded.
+ * open, no hold of the key left, nothing the task changed in the session (a setting, the role,
+ * another key's lock, a LISTEN, a temporary table, a holdable cursor, a prepared statement) — or
+ * discarded.
  *
  * @packageDocumentation
  */
@@ -35,9 +37,11 @@ import {
   ROLLBACK,
   type SettingValue,
   sessionReleaseStatement,
+  sessionStateStatement,
   TRANSACTION_PROBE_READ,
   TRANSACTION_PROBE_SET,
   unlockStatement,
+  withSessionState,
 } from './sql/locks.js';
 
 /** The refusal of session scope behind a transaction pooler. */
@@ -100,7 +104,11 @@ export async function sessionLock<Tx, Session, T>(
       }
       const expectedPid = pin.pid;
       let holderPid: number;
+      // What the connection carries before the task (settings, role, other locks…), to tell
+      // afterwards whether the task left anything on it that the next pool user would inherit.
+      let stateBefore: unknown;
       if (p.wait) {
+        stateBefore = first(await ctx.query(sessionStateStatement(key))).state;
         // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
         // keeps one server connection for it); the session lock itself survives the COMMIT.
         await ctx.query(BEGIN);
@@ -131,12 +139,15 @@ export async function sessionLock<Tx, Session, T>(
           throw abortedError(p.signal);
         }
       } else {
-        const statement =
+        const statement = withSessionState(
           expectedPid === undefined
             ? lockStatement(key, 'session', p.mode, false)
-            : guardedSessionLockStatement(key, p.mode, false, expectedPid);
+            : guardedSessionLockStatement(key, p.mode, false, expectedPid),
+          key,
+        );
         const row = first(await ctx.query(statement.text, statement.params));
         holderPid = row.pid as number;
+        stateBefore = row.state;
         if (row.acquired === null) throw detected(holderPid, expectedPid);
         if (row.acquired !== true) {
           tracker.skipped();
@@ -156,7 +167,7 @@ export async function sessionLock<Tx, Session, T>(
       // The connection died during the task: the lock went with it, and the caller must know.
       if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
       try {
-        await release(
+        const stateAfter = await release(
           engine,
           ctx,
           key,
@@ -164,6 +175,10 @@ export async function sessionLock<Tx, Session, T>(
           holderPid,
           outcome.ok ? undefined : outcome.failure.error,
         );
+        // The task changed the session (a SET, a role, a lock of another key, a LISTEN, a
+        // temporary table…): the next pool user must not inherit it. Closing the connection is
+        // the one reset that also keeps what the pool itself set up on connect.
+        if (stateAfter !== stateBefore) ctx.discard?.();
       } catch (error) {
         // Not known clean: never lend this connection to anyone else.
         ctx.discard?.();
@@ -187,6 +202,8 @@ export async function sessionLock<Tx, Session, T>(
  * One unlock for the one acquire, sent only to the backend that holds the lock (`holderPid`;
  * -1 when this very connection is known to hold it). A lock that is no longer held is an
  * error, never silence; a statement that reached another backend means a pooler moved us.
+ * Resolves with the connection's session state after the release (see `sessionStateColumn`;
+ * none when `holderPid` is -1).
  */
 async function release(
   engine: LockEngine<unknown, unknown>,
@@ -195,7 +212,7 @@ async function release(
   mode: LockMode,
   holderPid: number,
   taskError: unknown,
-): Promise<void> {
+): Promise<unknown> {
   const { query } = ctx;
   const unlock = async () => {
     const pid =
@@ -205,7 +222,9 @@ async function release(
     // After the task: the one unlock for the one acquire, and every further hold of the key
     // the task took itself, so the connection goes back holding nothing of it.
     const statement =
-      holderPid === -1 ? unlockStatement(key, mode, pid) : sessionReleaseStatement(key, mode, pid);
+      holderPid === -1
+        ? unlockStatement(key, mode, pid)
+        : withSessionState(sessionReleaseStatement(key, mode, pid), key);
     return first(await query(statement.text, statement.params));
   };
   // A transaction the task left open (or failed) on the session would swallow the next pool
@@ -236,4 +255,5 @@ async function release(
       taskError === undefined ? {} : { cause: taskError },
     );
   }
+  return row.state;
 }

@@ -23,6 +23,7 @@ import {
   ConnectionFate,
   END_OWN_BACKEND,
   isConnectionLoss,
+  RESET_AUTHORIZATION,
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
@@ -236,7 +237,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
 
   async function finish(l: Lease<R>): Promise<void> {
     if (l.discarded() && !l.watched.fate.aborted) {
-      // Not known clean: end it rather than lend it to anyone.
+      // Not known clean: end it rather than lend it to anyone. A task may have switched to a
+      // role that may not end its own backend: back to the authenticated user first.
+      for (const statement of RESET_AUTHORIZATION) {
+        await l.reserved.unsafe(statement).catch(() => {});
+      }
       await l.reserved.unsafe(END_OWN_BACKEND).then(
         () => {},
         () => {},

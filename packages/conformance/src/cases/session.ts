@@ -142,6 +142,65 @@ export function sessionCases<Tx, Session>(
   );
 
   test(
+    'session.no-state-leaks',
+    'a task that changes its session (a setting, the role, another lock, LISTEN, a temp table, a held cursor, a PREPARE) gets its connection closed, never lent on',
+    async () => {
+      const f = fixture();
+      const other = randomKey();
+      const [o1, o2] = other.pair as readonly [number, number];
+      // Each task leaves one kind of session state behind; the session must never reach the next
+      // pool user. An untouched session is the control: it goes back to the pool, alive.
+      const dirtiers: Record<string, string[]> = {
+        untouched: [],
+        search_path: ['SET search_path TO pg_catalog'],
+        statement_timeout: ['SET statement_timeout = 60000'],
+        role: ['SET ROLE pg_monitor'],
+        'session authorization': ['SET SESSION AUTHORIZATION pg_monitor'],
+        'another advisory lock': [`SELECT pg_advisory_lock(${o1}, ${o2})`],
+        listen: ['LISTEN lockkit_conformance_channel'],
+        'temporary table': ['CREATE TEMP TABLE lockkit_conformance_scratch (x int)'],
+        'holdable cursor': ['DECLARE lockkit_conformance_cursor CURSOR WITH HOLD FOR SELECT 1'],
+        prepare: ['PREPARE lockkit_conformance_prepared AS SELECT 1'],
+      };
+      const alive = async (pid: number) =>
+        (await f.observer.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length > 0;
+      for (const [what, statements] of Object.entries(dirtiers)) {
+        const key = randomKey();
+        const r = await f.locks.withSessionLock(key, async (_s, ctx) => {
+          const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+          for (const statement of statements) await ctx.query(statement);
+          return Number(row?.pid);
+        });
+        expect(r.executed, what).toBe(true);
+        const pid = r.executed ? r.result : -1;
+        expect(await f.observer.locksOn(key), what).toEqual([]);
+        if (statements.length === 0) {
+          expect(await alive(pid), `${what}: an unchanged session stays pooled`).toBe(true);
+          continue;
+        }
+        // Closed: its backend ends (and with it every lock, channel and temp table it had).
+        expect(await f.observer.until(async () => !(await alive(pid))), what).toBe(true);
+        expect(await f.observer.locksOn(other), what).toEqual([]);
+      }
+      // And the pool still serves a clean session afterwards.
+      const after = await f.locks.withSessionLock(randomKey(), async (_s, ctx) => {
+        const [row] = await ctx.query(
+          "SELECT current_user AS u, current_setting('search_path') AS path, current_setting('statement_timeout') AS timeout",
+        );
+        return row;
+      });
+      expect(after).toEqual({
+        executed: true,
+        result: {
+          u: expect.not.stringMatching(/^pg_monitor$/),
+          path: expect.not.stringMatching(/^pg_catalog$/),
+          timeout: '0',
+        },
+      });
+    },
+  );
+
+  test(
     'session.terminated-holder',
     'a terminated session holder: signal fires, ConnectionLostError, another worker takes over',
     async () => {

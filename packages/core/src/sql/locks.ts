@@ -215,6 +215,51 @@ export function sessionReleaseStatement(
 }
 
 /**
+ * What a session task could leave behind on a pooled connection, as one text fingerprint (an md5):
+ * the session and current user (SET ROLE, SET SESSION AUTHORIZATION), every setting changed by SET
+ * in the session, advisory locks held other than `key`'s, LISTEN channels, temporary tables,
+ * holdable cursors and SQL-level prepared statements. lockkit reads it before and after the task:
+ * a connection whose fingerprint changed is closed rather than lent to the next pool user.
+ * `key`'s own holds are left out: the lock and its release share statements with this column.
+ * Protocol-level prepared statements (the driver's own cache) are left out too.
+ */
+export function sessionStateColumn(key: LockKey): string {
+  const { classid, objid, objsubid } = key.pgLocks;
+  // Inlined: validated integer key coordinates only.
+  const ours = `l.classid = ${BigInt(classid)}::int8::oid AND l.objid = ${BigInt(objid)}::int8::oid AND l.objsubid = ${Number(objsubid) | 0}::int2`;
+  return `md5(concat_ws('|', session_user, current_user,
+    (SELECT string_agg(s.name || '=' || coalesce(s.setting, ''), ',' ORDER BY s.name) FROM pg_settings s WHERE s.source = 'session'),
+    (SELECT string_agg(l.classid || ':' || l.objid || ':' || l.objsubid || ':' || l.mode, ',' ORDER BY l.classid, l.objid, l.objsubid, l.mode)
+       FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND NOT (${ours})),
+    (SELECT string_agg(c, ',' ORDER BY c) FROM pg_listening_channels() c),
+    (SELECT count(*) FROM pg_class t WHERE t.relnamespace = pg_my_temp_schema()),
+    (SELECT count(*) FROM pg_cursors k WHERE k.is_holdable),
+    (SELECT count(*) FROM pg_prepared_statements p WHERE p.from_sql))) AS state`;
+}
+
+/**
+ * `statement` (a one-row SELECT of this module, with no FROM clause) with the
+ * {@link sessionStateColumn} of `key` added as column `state`: the fingerprint costs no round trip.
+ */
+export function withSessionState(statement: Statement, key: LockKey): Statement {
+  return { text: `${statement.text}, ${sessionStateColumn(key)}`, params: statement.params };
+}
+
+/**
+ * The session state of {@link sessionStateColumn} alone, as one row with `state`.
+ */
+export function sessionStateStatement(key: LockKey): string {
+  return `SELECT ${sessionStateColumn(key)}`;
+}
+
+/**
+ * Sent on a connection about to be ended by {@link END_OWN_BACKEND}: a task may have switched to a
+ * role that may not end its own backend (SET ROLE, SET SESSION AUTHORIZATION). Back to the
+ * authenticated user first; both are allowed to any session, outside a transaction.
+ */
+export const RESET_AUTHORIZATION = ['SET SESSION AUTHORIZATION DEFAULT', 'RESET ROLE'] as const;
+
+/**
  * First half of the transaction-block probe, for executors that cannot tell whether a connection
  * is inside a transaction: sets a transaction-local marker. Must travel alone (its own implicit
  * transaction), followed by {@link TRANSACTION_PROBE_READ}.
