@@ -83,6 +83,7 @@ export type ConformanceCaseId =
   | 'pooler.session-refused-when-declared'
   | 'pooler.session-refused-when-detected'
   | 'pooler.session-mode-allowed'
+  | 'truth.task-ended-transaction'
   | 'truth.caught-error-is-not-executed'
   | 'truth.fenced-caught-error-is-not-written'
   | 'truth.lost-commit-reply-is-unknown'

@@ -6,27 +6,48 @@
  * @packageDocumentation
  */
 import { isConnectionLoss } from './connection-loss.js';
-import { CommitOutcomeUnknownError, CommitRolledBackError, LockkitError } from './errors.js';
-import type { LockExecutor, QueryFn } from './executor.js';
+import {
+  CommitOutcomeUnknownError,
+  CommitRolledBackError,
+  LockkitError,
+  LockNotHeldError,
+} from './errors.js';
+import type { LockExecutor, TransactionContext } from './executor.js';
 import { sqlState } from './postgres-errors.js';
-import { TRANSACTION_ALIVE } from './sql/locks.js';
+import { TRANSACTION_STARTED_STATEMENT } from './sql/locks.js';
 
 /**
- * Just before COMMIT, for executors that cannot read COMMIT's answer: rejects with
- * {@link CommitRolledBackError} when the transaction is aborted (COMMIT would only roll back).
+ * Just before COMMIT: rejects with {@link LockNotHeldError} when the task ended lockkit's
+ * transaction itself (its COMMIT or ROLLBACK released the transaction-scoped lock there and then),
+ * and with {@link CommitRolledBackError} when the transaction is aborted (COMMIT would only roll
+ * back). Free when the driver can tell both (`ctx.ended` false, `commitReportsRollback`);
+ * otherwise one short statement, compared with `began` (the opening's {@link
+ * TRANSACTION_STARTED} column) when there is one.
  */
 export async function checkCommittable(
   executor: Pick<LockExecutor, 'commitReportsRollback'>,
-  query: QueryFn,
+  ctx: Pick<TransactionContext<unknown>, 'query' | 'ended'>,
   what: string,
+  began?: unknown,
 ): Promise<void> {
-  if (executor.commitReportsRollback) return;
+  const ended = ctx.ended?.();
+  if (ended === true) throw taskEndedTransaction(what);
+  if (executor.commitReportsRollback && (ctx.ended === undefined || ended === false)) return;
+  let now: unknown;
   try {
-    await query(TRANSACTION_ALIVE);
+    now = (await ctx.query(TRANSACTION_STARTED_STATEMENT))[0]?.began;
   } catch (error) {
     if (sqlState(error) === '25P02') throw commitRolledBack(what, error);
     throw error;
   }
+  if (typeof began === 'string' && now !== began) throw taskEndedTransaction(what);
+}
+
+/** The error for a task that ended lockkit's transaction itself. */
+export function taskEndedTransaction(what: string): LockNotHeldError {
+  return new LockNotHeldError(
+    `${what}: the task ended lockkit's transaction itself (a COMMIT, ROLLBACK or COMMIT AND CHAIN of its own), and the transaction-scoped lock was released right then: another holder may have run alongside the rest of the task. What the task wrote before that statement may be committed; what came after it was rolled back. Leave BEGIN/COMMIT to lockkit (use savepoints inside a task).`,
+  );
 }
 
 /** The error for a COMMIT that answered ROLLBACK. */

@@ -46,6 +46,14 @@ export interface TransactionContext<Tx> {
    * hits a backend still waiting for that very lock.
    */
   readonly interrupt?: () => Promise<void>;
+  /**
+   * Optional: whether the transaction lockkit opened has ended since — the task sent COMMIT,
+   * ROLLBACK or COMMIT AND CHAIN itself, and the transaction-scoped lock went with it. `true` or
+   * `false` when the driver can tell (node-postgres reads every ReadyForQuery's status);
+   * `undefined` when it cannot this time: core then asks the server, with one short statement,
+   * before COMMIT.
+   */
+  readonly ended?: () => boolean | undefined;
 }
 
 /** What a session callback receives: one dedicated connection, outside any transaction. */

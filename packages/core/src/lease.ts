@@ -417,7 +417,7 @@ export async function fencedWrite<Tx, T>(
       }
       const result = await task(tx, query);
       // A write the task's caught error rolled back must not be reported as written.
-      await checkCommittable(executor, query, what);
+      await checkCommittable(executor, ctx, what);
       committing = !(ctx.lost ?? ctx.signal.aborted);
       return result;
     });

@@ -77,10 +77,11 @@ export async function transactionLock<Tx, Session, T>(
     }
     tracker.acquired();
     const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
-    // Where the executor cannot read COMMIT's answer, make sure COMMIT will not just roll back.
-    // (Tested here first: no extra await on the hot path of executors that read the answer.)
-    if (!engine.executor.commitReportsRollback) {
-      await checkCommittable(engine.executor, ctx.query, `lock ${key}`);
+    // Make sure COMMIT will commit the transaction that took the lock: the task has not ended it
+    // itself, and (where the executor cannot read COMMIT's answer) it is not aborted. Tested here
+    // first: no extra await on the hot path of executors that can tell both.
+    if (!engine.executor.commitReportsRollback || ctx.ended !== undefined) {
+      await checkCommittable(engine.executor, ctx, `lock ${key}`, first(openingRows).began);
     }
     // A connection already lost cannot be committing: that is a rollback, not an unknown.
     committing = !(ctx.lost ?? ctx.signal.aborted);

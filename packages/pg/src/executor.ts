@@ -126,6 +126,55 @@ function watch(client: PgClientLike): {
   };
 }
 
+/** The part of pg's protocol connection (`client.connection`, an EventEmitter) we listen to. */
+interface PgConnectionEvents {
+  on(event: string, listener: (message: PgProtocolMessage) => void): unknown;
+  removeListener(event: string, listener: (message: PgProtocolMessage) => void): unknown;
+}
+
+/** ReadyForQuery's `status`, CommandComplete's `text` (the command tag). */
+interface PgProtocolMessage {
+  readonly status?: unknown;
+  readonly text?: unknown;
+}
+
+/**
+ * Follows `client`'s transaction from now on. `ended()` is true once a ReadyForQuery reported the
+ * connection idle or a statement completed as COMMIT (COMMIT AND CHAIN too) or PREPARE
+ * TRANSACTION: the transaction ended, even if another began after it. After a ROLLBACK tag (a
+ * whole ROLLBACK AND CHAIN, or only ROLLBACK TO SAVEPOINT) it is undefined: core asks the server.
+ * Without pg's protocol events, the last ReadyForQuery status says at least whether a transaction
+ * ended and none replaced it; undefined when pg reports neither.
+ */
+function followTransaction(
+  client: PgClientLike,
+): { readonly ended: () => boolean | undefined; readonly stop: () => void } | undefined {
+  const connection = (client as { readonly connection?: Partial<PgConnectionEvents> }).connection;
+  if (typeof connection?.on === 'function' && typeof connection.removeListener === 'function') {
+    const events = connection as PgConnectionEvents;
+    let ended: boolean | undefined = false;
+    const ready = (message: PgProtocolMessage) => {
+      if (message?.status === 'I') ended = true;
+    };
+    const completed = (message: PgProtocolMessage) => {
+      const tag = message?.text;
+      if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') ended = true;
+      else if (tag === 'ROLLBACK' && ended === false) ended = undefined;
+    };
+    events.on('readyForQuery', ready);
+    events.on('commandComplete', completed);
+    return {
+      ended: () => ended,
+      stop: () => {
+        events.removeListener('readyForQuery', ready);
+        events.removeListener('commandComplete', completed);
+      },
+    };
+  }
+  if (typeof client.getTransactionStatus !== 'function') return undefined;
+  return { ended: () => client.getTransactionStatus?.() === 'I', stop: () => {} };
+}
+
 function isPool(handle: PgPoolLike | PgClientLike): handle is PgPoolLike {
   return (
     typeof (handle as Partial<PgPoolLike>).connect === 'function' &&
@@ -223,6 +272,7 @@ export function pgExecutor(
     const interrupt = onlyOne ? interrupter(lease.client) : undefined;
     // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
     let inTransactionBlock = !beginAfter;
+    let following: ReturnType<typeof followTransaction>;
     try {
       const dead = deadClientError(lease);
       if (dead) {
@@ -242,6 +292,9 @@ export function pgExecutor(
         // Pipelined: BEGIN and the opening statement in one simple-protocol query, one round trip.
         openingRows = await query(`BEGIN; ${opening}`);
       }
+      // From here on, a ReadyForQuery that says idle means the task ended the transaction.
+      following = followTransaction(lease.client);
+      const ended = following?.ended;
       const result = await exclusively(() =>
         fn(
           {
@@ -259,10 +312,12 @@ export function pgExecutor(
                 return interrupt();
               },
             }),
+            ...(ended && { ended }),
           },
           opening === undefined ? [] : openingRows,
         ),
       );
+      following?.stop();
       if (await commit()) {
         inTransactionBlock = false;
         throw new CommitRolledBackError(
@@ -280,6 +335,7 @@ export function pgExecutor(
       }
       throw error;
     } finally {
+      following?.stop();
       unwatch();
       // A connection that was the target of a cancel never serves anyone else: the cancel may
       // still be on its way.

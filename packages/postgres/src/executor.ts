@@ -65,7 +65,20 @@ interface PostgresQueryLike {
   cancel?: () => unknown;
   /** Sends the query (called by postgres.js once the query is awaited). */
   handler?: (query: PostgresQueryLike) => unknown;
+  resolve?: (result: unknown) => unknown;
   readonly reject?: (error: unknown) => void;
+}
+
+/**
+ * What a task's own statements said about lockkit's transaction, from their command tags: `'no'`
+ * nothing ended it; `'yes'` a COMMIT (or PREPARE TRANSACTION) ended it; `'maybe'` a ROLLBACK
+ * tag (a whole rollback, or only ROLLBACK TO SAVEPOINT) or a `begin()` of its own on the handle.
+ */
+type TransactionEnd = 'no' | 'yes' | 'maybe';
+
+function endOf(tag: unknown): TransactionEnd {
+  if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') return 'yes';
+  return tag === 'ROLLBACK' ? 'maybe' : 'no';
 }
 
 /** Options of {@link postgresExecutor}. */
@@ -100,6 +113,8 @@ interface Lease<R> {
   /** True once the connection must not go back to the pool (not known clean). */
   readonly discarded: () => boolean;
   readonly discard: () => void;
+  /** Whether the task's own statements ended the transaction (see {@link TransactionEnd}). */
+  readonly ended: () => boolean | undefined;
 }
 
 /**
@@ -142,13 +157,23 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
     let pending: { cancel?: () => unknown } | undefined;
+    // The command tags of the statements sent in a transaction: a COMMIT or ROLLBACK of its own.
+    let transactionEnd: TransactionEnd = 'no';
+    const note = (result: unknown) => {
+      for (const part of Array.isArray(result) && !('command' in result) ? result : [result]) {
+        const end = endOf((part as { command?: unknown } | null)?.command);
+        if (end === 'yes' || (end === 'maybe' && transactionEnd === 'no')) transactionEnd = end;
+      }
+    };
     const query: QueryFn = async (text, params) => {
       await watch.settled();
       if (fate.aborted) throw gone();
       const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
       pending = running;
       try {
-        return lastRows(await running);
+        const result = await running;
+        note(result);
+        return lastRows(result);
       } catch (error) {
         if (isConnectionLoss(error)) fate.abort(error);
         throw error;
@@ -190,6 +215,13 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       const send = q.handler;
       if (typeof send !== 'function') return query;
       q.handler = (self) => {
+        const resolve = self.resolve;
+        if (typeof resolve === 'function') {
+          self.resolve = (result) => {
+            note(result);
+            return resolve.call(self, result);
+          };
+        }
         const checking = watch.settled();
         if (checking === undefined && !fate.aborted) return send(self);
         void Promise.resolve(checking).then(() => {
@@ -217,6 +249,13 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         if ((property === 'unsafe' || property === 'file') && typeof value === 'function') {
           return guard((value as (...a: never[]) => unknown).bind(target));
         }
+        // A transaction of the task's own on lockkit's connection: its COMMIT is not seen here.
+        if ((property === 'begin' || property === 'savepoint') && typeof value === 'function') {
+          return (...args: unknown[]) => {
+            if (transactionEnd === 'no') transactionEnd = 'maybe';
+            return Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
+          };
+        }
         return value;
       },
     });
@@ -232,6 +271,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       discard: () => {
         discarded = true;
       },
+      ended: () => (transactionEnd === 'no' ? false : transactionEnd === 'yes' ? true : undefined),
     };
   }
 
@@ -240,7 +280,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // Not known clean: end it rather than lend it to anyone. A task may have switched to a
       // role that may not end its own backend: back to the authenticated user first.
       for (const statement of RESET_AUTHORIZATION) {
-        await l.reserved.unsafe(statement).catch(() => {});
+        await l.reserved.unsafe(statement).then(
+          () => {},
+          () => {},
+        );
       }
       await l.reserved.unsafe(END_OWN_BACKEND).then(
         () => {},
@@ -290,6 +333,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
             return fate.aborted;
           },
           ...(l.interrupt && { interrupt: l.interrupt }),
+          ended: l.ended,
         },
         openingRows,
       );

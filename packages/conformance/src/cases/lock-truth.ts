@@ -115,6 +115,69 @@ export function lockTruthCases<Tx, Session>(
   );
 
   test(
+    'truth.task-ended-transaction',
+    "a task that ends lockkit's transaction itself (COMMIT, ROLLBACK, COMMIT AND CHAIN, COMMIT then BEGIN) rejects LOCK_NOT_HELD, never executed: true; a savepoint rolled back does not",
+    async () => {
+      const f = fixture();
+      const oneTrip = hasCapability(f.instance.executor, 'firstThenBegin')
+        ? [createLockClient(f.instance.executor, { oneRoundTripSkip: true })]
+        : [];
+      const endings: Record<string, string[]> = {
+        COMMIT: ['COMMIT'],
+        ROLLBACK: ['ROLLBACK'],
+        'COMMIT AND CHAIN': ['COMMIT AND CHAIN'],
+        'COMMIT then BEGIN': ['COMMIT', 'BEGIN'],
+      };
+      for (const locks of [f.locks, ...oneTrip]) {
+        for (const wait of [false, true]) {
+          for (const [what, statements] of Object.entries(endings)) {
+            const key = randomKey();
+            const label = `${what}, wait ${wait}, one trip ${locks !== f.locks}`;
+            const outcome = await locks
+              .withLock(
+                key,
+                async (_tx, ctx) => {
+                  for (const statement of statements) await ctx.query(statement);
+                  return 'done';
+                },
+                { wait },
+              )
+              .then(
+                (result) => ({ result }),
+                (error: unknown) => ({ error }),
+              );
+            expect(outcome, label).toEqual({ error: expect.anything() });
+            const error = (outcome as { error: unknown }).error;
+            // A driver may refuse the task's bare BEGIN itself (postgres.js does): then the call
+            // rejects with the task's own error, which is as true.
+            const refusedBegin = what === 'COMMIT then BEGIN' && /BEGIN/.test(String(error));
+            if (!refusedBegin) {
+              expect(codeOf(error), `${label}: ${String(error)}`).toBe('LOCK_NOT_HELD');
+            }
+            expect(await f.observer.locksOn(key), label).toEqual([]);
+          }
+          // A savepoint rolled back is the task's own business: the transaction lives on.
+          const kept = await locks.withLock(
+            randomKey(),
+            async (_tx, ctx) => {
+              await ctx.query('SAVEPOINT lockkit_conformance');
+              await ctx.query('ROLLBACK TO SAVEPOINT lockkit_conformance');
+              return 'kept';
+            },
+            { wait },
+          );
+          expect(kept, `savepoint, wait ${wait}`).toEqual({ executed: true, result: 'kept' });
+        }
+      }
+      // The connections came back clean: the next call commits.
+      expect(await f.locks.withLock(randomKey(), async () => 'ok')).toEqual({
+        executed: true,
+        result: 'ok',
+      });
+    },
+  );
+
+  test(
     'truth.commit-failure-is-typed',
     'COMMIT itself fails (a deferred foreign key): the call rejects COMMIT_ROLLED_BACK with the driver error, SQLSTATE 23503, as cause, and nothing is written',
     async () => {

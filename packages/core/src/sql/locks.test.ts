@@ -24,13 +24,13 @@ describe('inlined statements', () => {
         (key, mode, ms) => {
           const text = inlineTryLockStatement(key, mode, [['statement_timeout', ms]]);
           expect(text).toMatch(
-            /^SELECT pg_backend_pid\(\) AS pid, set_config\('statement_timeout', '\d+', true\) AS s0, pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) AS acquired$/,
+            /^SELECT pg_backend_pid\(\) AS pid, set_config\('statement_timeout', '\d+', true\) AS s0, pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) AS acquired, extract\(epoch FROM transaction_timestamp\(\)\)::text AS began$/,
           );
         },
       ),
     );
     expect(inlinePrepareStatement([['lock_timeout', 5000]])).toBe(
-      "SELECT pg_backend_pid() AS pid, set_config('lock_timeout', '5000', true) AS s0",
+      "SELECT pg_backend_pid() AS pid, set_config('lock_timeout', '5000', true) AS s0, extract(epoch FROM transaction_timestamp())::text AS began",
     );
   });
 

@@ -43,6 +43,17 @@ export interface Statement {
  */
 export const BACKEND_PID = 'SELECT pg_backend_pid() AS pid';
 
+/**
+ * A column of every statement that opens lockkit's transaction: when that transaction started, as
+ * exact text. Read again before COMMIT ({@link TRANSACTION_STARTED_STATEMENT}), a different value
+ * means the task ended lockkit's transaction itself (COMMIT, ROLLBACK, COMMIT AND CHAIN…) and the
+ * transaction-scoped lock went with it.
+ */
+export const TRANSACTION_STARTED = 'extract(epoch FROM transaction_timestamp())::text AS began';
+
+/** One row, `began`: the current transaction's start, as in {@link TRANSACTION_STARTED}. */
+export const TRANSACTION_STARTED_STATEMENT = `SELECT ${TRANSACTION_STARTED}`;
+
 /** Largest value Postgres accepts for a millisecond timeout setting (INT_MAX). */
 export const MAX_TIMEOUT_MS = 2_147_483_647;
 
@@ -114,7 +125,7 @@ export function inlineTryLockStatement(
   settings: readonly SettingValue[],
 ): string {
   const fn = lockFunction('transaction', mode, false);
-  return `${BACKEND_PID}, ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`].join(', ')}`;
+  return `${BACKEND_PID}, ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`, TRANSACTION_STARTED].join(', ')}`;
 }
 
 /**
@@ -136,7 +147,7 @@ export function oneTripTryLockStatement(
 ): string {
   const fn = lockFunction('transaction', mode, false);
   const decision = `(CASE WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
-  return `SELECT ${[...inlineSettings(settings), decision].join(', ')}`;
+  return `SELECT ${[...inlineSettings(settings), decision, TRANSACTION_STARTED].join(', ')}`;
 }
 
 function inlineSettings(settings: readonly SettingValue[]): string[] {
@@ -150,7 +161,7 @@ function inlineSettings(settings: readonly SettingValue[]): string[] {
  * wait from another connection). Inlined values, so it can be pipelined with BEGIN. Returns `pid`.
  */
 export function inlinePrepareStatement(settings: readonly SettingValue[]): string {
-  return [BACKEND_PID, ...inlineSettings(settings)].join(', ');
+  return [BACKEND_PID, ...inlineSettings(settings), TRANSACTION_STARTED].join(', ');
 }
 
 /**
@@ -272,12 +283,6 @@ export const TRANSACTION_PROBE_SET = "SELECT set_config('lockkit.open_transactio
  */
 export const TRANSACTION_PROBE_READ =
   "SELECT coalesce(current_setting('lockkit.open_transaction', true), '') = 'yes' AS open";
-
-/**
- * A cheap statement sent inside a transaction just before COMMIT: it fails with 25P02 when the
- * transaction is aborted (a failed statement the task caught), so COMMIT would only roll back.
- */
-export const TRANSACTION_ALIVE = 'SELECT 1 AS alive';
 
 /**
  * Whether this connection holds `key` in `mode` at session or transaction level: one row with an
