@@ -23,4 +23,5 @@ export {
   slotOf,
 } from './connection-slots.js';
 export { TaskFailure } from './lock-engine.js';
+export { NestedCallGuard } from './nested-call.js';
 export { BACKEND_PID, END_OWN_BACKEND, RESET_AUTHORIZATION } from './sql/locks.js';

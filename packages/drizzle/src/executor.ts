@@ -17,6 +17,7 @@ import {
   ConnectionFate,
   guardCheckouts,
   isConnectionLoss,
+  NestedCallGuard,
   type PgEventSourceLike,
   type PgPoolEventsLike,
   sendCancelRequest,
@@ -206,8 +207,34 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
     kind === 'pg-client' ||
     (kind === 'pg-pool' && (db.$client as { options?: { max?: unknown } }).options?.max === 1);
 
-  const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> =>
-    turn(async () => {
+  // One connection only (one pg.Client, a pool of one): a lockkit call from inside a task could
+  // never get it.
+  const nested = new NestedCallGuard(
+    name,
+    alone ||
+      (kind === 'postgres-js' &&
+        (db.$client as { options?: { max?: unknown } }).options?.max === 1),
+    (typeof db.$client === 'object' && db.$client !== null) || typeof db.$client === 'function'
+      ? (db.$client as object)
+      : undefined,
+  );
+
+  const transaction = <T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> => {
+    nested.check();
+    return turn(async () => {
+      // One pg.Client the caller left inside a transaction of its own: Drizzle's BEGIN would
+      // only warn, and lockkit's COMMIT would commit the caller's work.
+      if (kind === 'pg-client') {
+        const status = (
+          db.$client as { getTransactionStatus?: () => string | null }
+        ).getTransactionStatus?.();
+        if (status === 'T' || status === 'E') {
+          throw new LockkitError(
+            'CALLER_TRANSACTION_OPEN',
+            `The ${name} executor's pg.Client is inside a transaction of the caller's own: lockkit's COMMIT would commit the caller's work (and its ROLLBACK undo it). Run lockkit on a pool, or outside your transaction.`,
+          );
+        }
+      }
       const fate = new ConnectionFate();
       let running: Promise<T> | undefined;
       try {
@@ -229,17 +256,19 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           };
           let outcome: { ok: true; value: T } | { ok: false; error: unknown };
           try {
-            running = fn({
-              query,
-              tx,
-              get signal() {
-                return fate.signal;
-              },
-              get lost() {
-                return fate.aborted;
-              },
-              ...(alone && { interrupt: protocolCancel(client) }),
-            });
+            running = nested.run(() =>
+              fn({
+                query,
+                tx,
+                get signal() {
+                  return fate.signal;
+                },
+                get lost() {
+                  return fate.aborted;
+                },
+                ...(alone && { interrupt: protocolCancel(client) }),
+              }),
+            );
             outcome = { ok: true, value: await running };
           } catch (error) {
             outcome = { ok: false, error };
@@ -262,6 +291,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
         throw error;
       }
     });
+  };
 
   const base: LockExecutor<Tx, Session> = { name, transactionPooler, transaction };
   const sessions = options.sessions;

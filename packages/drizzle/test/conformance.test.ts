@@ -2,7 +2,11 @@ import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import { sql } from 'drizzle-orm';
-import { nodePostgresInstance, postgresJsInstance } from './instances.js';
+import {
+  nodePostgresClientInstance,
+  nodePostgresInstance,
+  postgresJsInstance,
+} from './instances.js';
 
 const worker = (name: string) => fileURLToPath(new URL(`./worker-${name}.mjs`, import.meta.url));
 
@@ -13,6 +17,7 @@ runConformance({
   createInstance: ({ url, poolSize, transactionPooler }) =>
     nodePostgresInstance(url, poolSize, transactionPooler),
   nativeQuery: (tx, text) => tx.execute(sql.raw(text)),
+  singleConnection: async (url) => (await nodePostgresClientInstance(url)) as never,
   workerModule: worker('node-postgres'),
 });
 

@@ -32,3 +32,15 @@ export function postgresJsInstance(url: string, poolSize: number, transactionPoo
     close: () => sql.end({ timeout: 5 }),
   };
 }
+
+/** Drizzle over one connected `pg.Client` the caller also holds. */
+export async function nodePostgresClientInstance(url: string) {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => {});
+  await client.connect();
+  return {
+    executor: drizzleExecutor(drizzlePg(client)),
+    query: (text: string) => client.query(text),
+    close: () => client.end(),
+  };
+}

@@ -5,7 +5,6 @@
  * The driver types are declared structurally (what we call, nothing more), so this package does
  * not depend on `@types/pg` and accepts any compatible pool.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import {
   CommitRolledBackError,
   ConnectionLostError,
@@ -16,7 +15,13 @@ import {
   type SessionContext,
   type TransactionContext,
 } from '@lockkit/core';
-import { ConnectionFate, isConnectionLoss, sendCancelRequest, slotOf } from '@lockkit/core/adapter';
+import {
+  ConnectionFate,
+  isConnectionLoss,
+  NestedCallGuard,
+  sendCancelRequest,
+  slotOf,
+} from '@lockkit/core/adapter';
 
 /** The part of a `pg` query result we read. */
 export interface PgResultLike {
@@ -217,25 +222,12 @@ export function pgExecutor(
   // never get a connection. The token is switched off when its operation ends, so timers made
   // inside a task do not carry it on.
   const onlyOne = !isPool(handle) || (handle as { options?: { max?: unknown } }).options?.max === 1;
-  const running = new AsyncLocalStorage<{ active: boolean }>();
+  const nested = new NestedCallGuard(name, onlyOne, handle);
   const acquire = async (): Promise<Lease<PgClientLike>> => {
-    if (onlyOne && running.getStore()?.active === true) {
-      throw new LockkitError(
-        'NESTED_CALL',
-        `A lockkit call was made from inside a task running on the ${name} executor, whose only connection that task holds: it could never run. Use the task's own handle (ctx.query, or the transaction handle), or give the executor a pool.`,
-      );
-    }
+    nested.check();
     return leases();
   };
-  const exclusively = async <T>(fn: () => Promise<T>): Promise<T> => {
-    if (!onlyOne) return fn();
-    const token = { active: true };
-    try {
-      return await running.run(token, fn);
-    } finally {
-      token.active = false;
-    }
-  };
+  const exclusively = <T>(fn: () => Promise<T>): Promise<T> => nested.run(fn);
 
   /** A single client the caller left inside a transaction of its own. */
   const callerTransactionOpen = (lease: Lease<PgClientLike>): boolean => {

@@ -23,6 +23,7 @@ import {
   ConnectionFate,
   END_OWN_BACKEND,
   isConnectionLoss,
+  NestedCallGuard,
   RESET_AUTHORIZATION,
   TaskFailure,
 } from '@lockkit/core/adapter';
@@ -150,7 +151,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   }
   const watch = ConnectionWatch.of(sql);
 
+  // A pool of one: a lockkit call from inside a task could never get a connection.
+  const nested = new NestedCallGuard(options.name ?? 'postgres', sql.options.max === 1, sql);
+
   async function lease(): Promise<Lease<R>> {
+    nested.check();
     const reserved = await sql.reserve();
     const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
     const stop = watch.add(watched);
@@ -322,20 +327,22 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       l.watched.pid = Number(
         (reportsPid ? openingRows : Array.from(results[1] as ArrayLike<Row>))[0]?.pid,
       );
-      const result = await fn(
-        {
-          query: l.query,
-          tx: l.handle,
-          get signal() {
-            return fate.signal;
+      const result = await nested.run(() =>
+        fn(
+          {
+            query: l.query,
+            tx: l.handle,
+            get signal() {
+              return fate.signal;
+            },
+            get lost() {
+              return fate.aborted;
+            },
+            ...(l.interrupt && { interrupt: l.interrupt }),
+            ended: l.ended,
           },
-          get lost() {
-            return fate.aborted;
-          },
-          ...(l.interrupt && { interrupt: l.interrupt }),
-          ended: l.ended,
-        },
-        openingRows,
+          openingRows,
+        ),
       );
       await l.watch.settled();
       if (fate.aborted) throw fate.reason;
@@ -370,16 +377,18 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         l.watched.pid = Number((Array.from(result) as Row[])[0]?.pid);
         // The pid postgres.js got in BackendKeyData at connect: PgBouncer invents its own.
         const backendPid = result.state?.pid ?? undefined;
-        return await fn({
-          query: l.query,
-          session: l.handle,
-          ...(l.interrupt && { interrupt: l.interrupt }),
-          discard: l.discard,
-          get signal() {
-            return l.watched.fate.signal;
-          },
-          backendPid,
-        });
+        return await nested.run(() =>
+          fn({
+            query: l.query,
+            session: l.handle,
+            ...(l.interrupt && { interrupt: l.interrupt }),
+            discard: l.discard,
+            get signal() {
+              return l.watched.fate.signal;
+            },
+            backendPid,
+          }),
+        );
       } catch (error) {
         if (isConnectionLoss(error)) {
           l.watched.fate.abort(error instanceof TaskFailure ? error.error : error);

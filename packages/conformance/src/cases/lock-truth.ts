@@ -493,6 +493,53 @@ export function lockTruthCases<Tx, Session>(
     15_000,
   );
 
+  test(
+    'truth.pool-of-one-nested',
+    'on a pool of one, a lockkit call from inside a task rejects NESTED_CALL at once instead of waiting forever for the connection the task holds',
+    async () => {
+      const f = fixture();
+      const locks = createLockClient(f.newInstance(1).executor);
+      const calls: Record<string, () => Promise<unknown>> = {
+        withLock: () => locks.withLock(randomKey(), async () => 'inner'),
+        runExclusiveJob: () =>
+          locks.runExclusiveJob('lockkit-conformance', 'nested', async () => 1),
+        ...(hasCapability(f.instance.executor, 'session') && {
+          withSessionLock: () => locks.withSessionLock(randomKey(), async () => 'inner'),
+        }),
+      };
+      const outer = {
+        withLock: (inner: () => Promise<unknown>) => locks.withLock(randomKey(), inner),
+        ...(hasCapability(f.instance.executor, 'session') && {
+          withSessionLock: (inner: () => Promise<unknown>) =>
+            locks.withSessionLock(randomKey(), inner),
+        }),
+      };
+      for (const [outerName, run] of Object.entries(outer)) {
+        for (const [innerName, inner] of Object.entries(calls)) {
+          // Only a safety valve for the failing case (an inner call that waits forever).
+          let valve: NodeJS.Timeout | undefined;
+          const hung = new Promise<never>((_, reject) => {
+            valve = setTimeout(() => reject(new Error('the nested call hung')), 5000);
+          });
+          try {
+            const error = await Promise.race([rejection(run(inner)), hung]);
+            expect(codeOf(error), `${innerName} in ${outerName}: ${String(error)}`).toBe(
+              'NESTED_CALL',
+            );
+          } finally {
+            clearTimeout(valve);
+          }
+        }
+      }
+      // The pool of one is free again, and a call after the task is no nested call.
+      expect(await locks.withLock(randomKey(), async () => 'after')).toEqual({
+        executed: true,
+        result: 'after',
+      });
+    },
+    60_000,
+  );
+
   const single = adapter.singleConnection;
   needs(
     single !== undefined,
