@@ -86,6 +86,7 @@ export type ConformanceCaseId =
   | 'truth.task-ended-transaction'
   | 'truth.caught-error-is-not-executed'
   | 'truth.fenced-caught-error-is-not-written'
+  | 'truth.fenced-commit-truth'
   | 'truth.lost-commit-reply-is-unknown'
   | 'truth.late-cancel-hits-nobody-else'
   | 'truth.session-open-transaction-rolled-back'

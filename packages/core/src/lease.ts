@@ -22,7 +22,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { checkCommittable, commitOutcomeUnknown } from './commit-truth.js';
+import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
@@ -409,7 +409,8 @@ export async function fencedWrite<Tx, T>(
   try {
     return await executor.transaction(async (ctx) => {
       const { query, tx } = ctx;
-      if ((await query(fence.text, fence.params)).length === 0) {
+      const fenced = await query(fence.text, fence.params);
+      if (fenced.length === 0) {
         throw new LeaseLostError(
           `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
           lease.token,
@@ -417,12 +418,15 @@ export async function fencedWrite<Tx, T>(
       }
       const result = await task(tx, query);
       // A write the task's caught error rolled back must not be reported as written.
-      await checkCommittable(executor, ctx, what);
+      await checkCommittable(executor, ctx, what, fenced[0]?.began);
       committing = !(ctx.lost ?? ctx.signal.aborted);
       return result;
     });
   } catch (error) {
-    throw (committing && commitOutcomeUnknown(error, false, what)) || error;
+    throw (
+      (committing && (commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what))) ||
+      error
+    );
   }
 }
 

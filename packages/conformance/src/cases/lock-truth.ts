@@ -235,6 +235,43 @@ export function lockTruthCases<Tx, Session>(
   );
 
   test(
+    'truth.fenced-commit-truth',
+    'a fenced write whose COMMIT fails (a deferred foreign key) rejects COMMIT_ROLLED_BACK with the driver error as cause; one whose task ends the transaction itself rejects LOCK_NOT_HELD; neither is reported written',
+    () =>
+      withLockkitSchema(fixture(), async (schema, locks) => {
+        const f = fixture();
+        const parent = `"${schema}".parents`;
+        const child = `"${schema}".children`;
+        await f.observer.query(`CREATE TABLE ${parent} (id int PRIMARY KEY)`);
+        await f.observer.query(
+          `CREATE TABLE ${child} (id int, parent int REFERENCES ${parent} (id) DEFERRABLE INITIALLY DEFERRED)`,
+        );
+        const deferred = await rejection(
+          locks.runWithLease('lockkit-truth', randomBytes(6).toString('hex'), (lease) =>
+            lease.fenced(async (_tx, query) => {
+              // Accepted now, checked at COMMIT: there is no parent 99.
+              await query(`INSERT INTO ${child} VALUES (1, 99)`);
+              return 'written';
+            }),
+          ),
+        );
+        expect(codeOf(deferred), String(deferred)).toBe('COMMIT_ROLLED_BACK');
+        expect(sqlStateOf((deferred as { cause?: unknown }).cause)).toBe('23503');
+        const ended = await rejection(
+          locks.runWithLease('lockkit-truth', randomBytes(6).toString('hex'), (lease) =>
+            lease.fenced(async (_tx, query) => {
+              await query('COMMIT');
+              await query(`INSERT INTO ${parent} VALUES (7)`);
+              return 'written';
+            }),
+          ),
+        );
+        expect(codeOf(ended), String(ended)).toBe('LOCK_NOT_HELD');
+        expect(await f.observer.query(`SELECT 1 FROM ${child}`)).toEqual([]);
+      }),
+  );
+
+  test(
     'truth.lost-commit-reply-is-unknown',
     'the link dies after COMMIT was sent (the server committed): the call rejects COMMIT_OUTCOME_UNKNOWN, never "released, rolled back"',
     async () => {

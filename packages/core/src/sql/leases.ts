@@ -23,7 +23,7 @@
  * index covers a column a renewal or finish writes: either would turn those UPDATEs into
  * `FOR UPDATE`, which conflicts with a fence.
  */
-import type { Statement } from './locks.js';
+import { type Statement, TRANSACTION_STARTED } from './locks.js';
 
 /** Longest error message stored in `last_error`. */
 export const MAX_ERROR_LENGTH = 2000;
@@ -159,7 +159,9 @@ export function finishStatement(
  * when `token` still holds a valid lease, none otherwise. `FOR KEY SHARE` keeps any claim from
  * taking the row over until the writer's transaction ends — so a write either lands while its
  * token holds the lease or is refused — without blocking the holder's renewals. `SKIP LOCKED`:
- * the only lock it can meet is a claim's, on an expired lease, and then the answer is no.
+ * the only lock it can meet is a claim's, on an expired lease, and then the answer is no. `began`
+ * lets the fenced write tell, before COMMIT, that its task did not end the transaction (and the
+ * row lock with it).
  */
 export function fenceStatement(
   schema: string,
@@ -168,7 +170,7 @@ export function fenceStatement(
   token: bigint,
 ): Statement {
   return {
-    text: `SELECT 1 AS valid FROM ${schema}.leases
+    text: `SELECT 1 AS valid, ${TRANSACTION_STARTED} FROM ${schema}.leases
             WHERE namespace = $1 AND job_key = $2 AND token = $3::int8
               AND status = 'IN_PROGRESS' AND expires_at > clock_timestamp()
             FOR KEY SHARE SKIP LOCKED`,
