@@ -24,4 +24,9 @@ export {
 } from './connection-slots.js';
 export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
-export { BACKEND_PID, END_OWN_BACKEND, RESET_AUTHORIZATION } from './sql/locks.js';
+export {
+  BACKEND_PID,
+  DISCARD_ALL,
+  END_OWN_BACKEND,
+  RESET_AUTHORIZATION,
+} from './sql/locks.js';

@@ -79,8 +79,11 @@ export interface SessionContext<Session> {
   /** Optional: as {@link TransactionContext.interrupt}. */
   readonly interrupt?: () => Promise<void>;
   /**
-   * Optional: asks the executor to close this connection instead of returning it to its pool,
-   * when core could not make it clean (an unknown transaction state, a hold it could not free).
+   * Optional: asks the executor not to return this connection to its pool as it is: after every
+   * session task (whatever the task did to its session, the next pool user must not inherit it),
+   * and when core could not make it clean (an unknown transaction state, a hold it could not
+   * free). Close it; or, where closing one connection would hurt the driver's other queries, reset
+   * it in full with `DISCARD ALL` outside any transaction and close it only if that fails.
    */
   readonly discard?: () => void;
 }

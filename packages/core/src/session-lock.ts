@@ -1,15 +1,14 @@
 /**
  * Session-scoped locks on a dedicated connection: refused behind a transaction pooler, released
  * only on the backend that took them, and the connection returned clean — no transaction left
- * open, no hold of the key left, nothing the task changed in the session (a setting, the role,
- * another key's lock, a LISTEN, a temporary table, a holdable cursor, a prepared statement) — or
- * discarded.
+ * open, no hold of the key left — and then, once a task ran on it, closed or reset in full
+ * (`SessionContext.discard`): nothing the task did to its session reaches the next pool user.
  *
  * @packageDocumentation
  */
 import { LockNotHeldError, UnsafeBehindPoolerError } from './errors.js';
 import { track } from './events.js';
-import { requireCapability, type SessionContext } from './executor.js';
+import { type Row, requireCapability, type SessionContext } from './executor.js';
 import type { LockKey } from './keys.js';
 import {
   abortedError,
@@ -34,14 +33,13 @@ import {
   inlinePrepareStatement,
   type LockMode,
   lockStatement,
+  NO_STATEMENT_TIMEOUT,
   ROLLBACK,
   type SettingValue,
   sessionReleaseStatement,
-  sessionStateStatement,
   TRANSACTION_PROBE_READ,
   TRANSACTION_PROBE_SET,
   unlockStatement,
-  withSessionState,
 } from './sql/locks.js';
 
 /** The refusal of session scope behind a transaction pooler. */
@@ -104,11 +102,7 @@ export async function sessionLock<Tx, Session, T>(
       }
       const expectedPid = pin.pid;
       let holderPid: number;
-      // What the connection carries before the task (settings, role, other locks…), to tell
-      // afterwards whether the task left anything on it that the next pool user would inherit.
-      let stateBefore: unknown;
       if (p.wait) {
-        stateBefore = first(await ctx.query(sessionStateStatement(key))).state;
         // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
         // keeps one server connection for it); the session lock itself survives the COMMIT.
         await ctx.query(BEGIN);
@@ -139,15 +133,12 @@ export async function sessionLock<Tx, Session, T>(
           throw abortedError(p.signal);
         }
       } else {
-        const statement = withSessionState(
+        const statement =
           expectedPid === undefined
             ? lockStatement(key, 'session', p.mode, false)
-            : guardedSessionLockStatement(key, p.mode, false, expectedPid),
-          key,
-        );
+            : guardedSessionLockStatement(key, p.mode, false, expectedPid);
         const row = first(await ctx.query(statement.text, statement.params));
         holderPid = row.pid as number;
-        stateBefore = row.state;
         if (row.acquired === null) throw detected(holderPid, expectedPid);
         if (row.acquired !== true) {
           tracker.skipped();
@@ -167,7 +158,7 @@ export async function sessionLock<Tx, Session, T>(
       // The connection died during the task: the lock went with it, and the caller must know.
       if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
       try {
-        const stateAfter = await release(
+        await release(
           engine,
           ctx,
           key,
@@ -175,10 +166,11 @@ export async function sessionLock<Tx, Session, T>(
           holderPid,
           outcome.ok ? undefined : outcome.failure.error,
         );
-        // The task changed the session (a SET, a role, a lock of another key, a LISTEN, a
-        // temporary table…): the next pool user must not inherit it. Closing the connection is
-        // the one reset that also keeps what the pool itself set up on connect.
-        if (stateAfter !== stateBefore) ctx.discard?.();
+        // Whatever the task did to its session — a SET (custom settings too, which no catalog
+        // lists), a role, another key's lock, LISTEN, temporary objects, a sequence's lastval,
+        // prepared statements — the next pool user must not inherit it, and Postgres cannot list
+        // all of it: the connection is closed (or reset in full), never lent on as it is.
+        ctx.discard?.();
       } catch (error) {
         // Not known clean: never lend this connection to anyone else.
         ctx.discard?.();
@@ -202,8 +194,6 @@ export async function sessionLock<Tx, Session, T>(
  * One unlock for the one acquire, sent only to the backend that holds the lock (`holderPid`;
  * -1 when this very connection is known to hold it). A lock that is no longer held is an
  * error, never silence; a statement that reached another backend means a pooler moved us.
- * Resolves with the connection's session state after the release (see `sessionStateColumn`;
- * none when `holderPid` is -1).
  */
 async function release(
   engine: LockEngine<unknown, unknown>,
@@ -212,7 +202,7 @@ async function release(
   mode: LockMode,
   holderPid: number,
   taskError: unknown,
-): Promise<unknown> {
+): Promise<void> {
   const { query } = ctx;
   const unlock = async () => {
     const pid =
@@ -222,9 +212,7 @@ async function release(
     // After the task: the one unlock for the one acquire, and every further hold of the key
     // the task took itself, so the connection goes back holding nothing of it.
     const statement =
-      holderPid === -1
-        ? unlockStatement(key, mode, pid)
-        : withSessionState(sessionReleaseStatement(key, mode, pid), key);
+      holderPid === -1 ? unlockStatement(key, mode, pid) : sessionReleaseStatement(key, mode, pid);
     return first(await query(statement.text, statement.params));
   };
   // A transaction the task left open (or failed) on the session would swallow the next pool
@@ -241,7 +229,23 @@ async function release(
     }
   }
   if (open) await query(ROLLBACK);
-  const row = await unlock();
+  let row: Row;
+  try {
+    row = await unlock();
+  } catch (error) {
+    // The task set a statement_timeout too short for the unlock itself: unlock again in a
+    // transaction of its own that lifts it (SET LOCAL: nothing outlives the transaction).
+    if (sqlState(error) !== '57014' || ctx.inTransaction?.() === true) throw error;
+    await query(BEGIN);
+    try {
+      await query(NO_STATEMENT_TIMEOUT);
+      row = await unlock();
+      await query(COMMIT);
+    } catch (again) {
+      await query(ROLLBACK).catch(() => {});
+      throw again;
+    }
+  }
   if (row.released === null) {
     engine.poolerDetected = true;
     throw new UnsafeBehindPoolerError(
@@ -255,5 +259,4 @@ async function release(
       taskError === undefined ? {} : { cause: taskError },
     );
   }
-  return row.state;
 }

@@ -147,7 +147,8 @@ interface PgProtocolMessage {
  * Follows `client`'s transaction from now on. `ended()` is true once a ReadyForQuery reported the
  * connection idle or a statement completed as COMMIT (COMMIT AND CHAIN too) or PREPARE
  * TRANSACTION: the transaction ended, even if another began after it. After a ROLLBACK tag (a
- * whole ROLLBACK AND CHAIN, or only ROLLBACK TO SAVEPOINT) it is undefined: core asks the server.
+ * whole ROLLBACK AND CHAIN, or only ROLLBACK TO SAVEPOINT) or an error (perhaps a failed COMMIT)
+ * it is undefined: core asks the server.
  * Without pg's protocol events, the last ReadyForQuery status says at least whether a transaction
  * ended and none replaced it; undefined when pg reports neither.
  */
@@ -166,13 +167,20 @@ function followTransaction(
       if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') ended = true;
       else if (tag === 'ROLLBACK' && ended === false) ended = undefined;
     };
+    // A statement that failed may have been the task's own COMMIT (a deferred constraint) or
+    // PREPARE TRANSACTION: its promise settles before the ReadyForQuery that would tell.
+    const failed = () => {
+      if (ended === false) ended = undefined;
+    };
     events.on('readyForQuery', ready);
     events.on('commandComplete', completed);
+    events.on('errorMessage', failed);
     return {
       ended: () => ended,
       stop: () => {
         events.removeListener('readyForQuery', ready);
         events.removeListener('commandComplete', completed);
+        events.removeListener('errorMessage', failed);
       },
     };
   }

@@ -21,6 +21,7 @@ import {
   BACKEND_PID,
   type BackendWatch,
   ConnectionFate,
+  DISCARD_ALL,
   END_OWN_BACKEND,
   isConnectionLoss,
   NestedCallGuard,
@@ -67,7 +68,7 @@ interface PostgresQueryLike {
   /** Sends the query (called by postgres.js once the query is awaited). */
   handler?: (query: PostgresQueryLike) => unknown;
   resolve?: (result: unknown) => unknown;
-  readonly reject?: (error: unknown) => void;
+  reject?: (error: unknown) => void;
 }
 
 /**
@@ -164,6 +165,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     let pending: { cancel?: () => unknown } | undefined;
     // The command tags of the statements sent in a transaction: a COMMIT or ROLLBACK of its own.
     let transactionEnd: TransactionEnd = 'no';
+    // A failed statement may have been the task's own COMMIT (a deferred constraint) or PREPARE
+    // TRANSACTION, which ends the transaction with an error and no tag: ask the server.
+    const failed = () => {
+      if (transactionEnd === 'no') transactionEnd = 'maybe';
+    };
     const note = (result: unknown) => {
       for (const part of Array.isArray(result) && !('command' in result) ? result : [result]) {
         const end = endOf((part as { command?: unknown } | null)?.command);
@@ -180,6 +186,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         note(result);
         return lastRows(result);
       } catch (error) {
+        failed();
         if (isConnectionLoss(error)) fate.abort(error);
         throw error;
       } finally {
@@ -220,11 +227,17 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       const send = q.handler;
       if (typeof send !== 'function') return query;
       q.handler = (self) => {
-        const resolve = self.resolve;
+        const { resolve, reject } = self;
         if (typeof resolve === 'function') {
           self.resolve = (result) => {
             note(result);
             return resolve.call(self, result);
+          };
+        }
+        if (typeof reject === 'function') {
+          self.reject = (error) => {
+            failed();
+            reject.call(self, error);
           };
         }
         const checking = watch.settled();
@@ -282,8 +295,22 @@ export function postgresExecutor<R extends PostgresReservedLike>(
 
   async function finish(l: Lease<R>): Promise<void> {
     if (l.discarded() && !l.watched.fate.aborted) {
-      // Not known clean: end it rather than lend it to anyone. A task may have switched to a
-      // role that may not end its own backend: back to the authenticated user first.
+      // Not to be lent on as it is. Ending the backend would hurt others: postgres.js hands the
+      // dying connection's error (57P01) to the next query it reconnects for. So reset it in full
+      // — DISCARD ALL: settings (custom ones too), role, locks, LISTEN, temporary objects,
+      // sequences, prepared statements (postgres.js prepares its own again) — and lend it on.
+      // Only a connection DISCARD ALL refuses (inside a transaction block) is ended.
+      const reset = await l.reserved.unsafe(DISCARD_ALL).then(
+        () => true,
+        () => false,
+      );
+      if (reset && !l.watched.fate.aborted) {
+        l.stop();
+        l.reserved.release();
+        return;
+      }
+      // A task may have switched to a role that may not end its own backend: back to the
+      // authenticated user first.
       for (const statement of RESET_AUTHORIZATION) {
         await l.reserved.unsafe(statement).then(
           () => {},

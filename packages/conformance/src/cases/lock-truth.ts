@@ -36,9 +36,10 @@ const codeOf = (error: unknown): unknown => (error as { code?: unknown } | null)
 /** Creates a one-column table with a primary key; returns its name and a reader of its ids. */
 async function idTable<Tx, Session>(
   f: Fixture<Tx, Session>,
+  key: 'PRIMARY KEY' | 'UNIQUE DEFERRABLE INITIALLY DEFERRED' = 'PRIMARY KEY',
 ): Promise<{ table: string; ids: () => Promise<number[]>; drop: () => Promise<void> }> {
   const table = `lockkit_truth_${randomBytes(6).toString('hex')}`;
-  await f.observer.query(`CREATE TABLE ${table} (id int PRIMARY KEY)`);
+  await f.observer.query(`CREATE TABLE ${table} (id int ${key})`);
   return {
     table,
     ids: async () =>
@@ -168,6 +169,39 @@ export function lockTruthCases<Tx, Session>(
           );
           expect(kept, `savepoint, wait ${wait}`).toEqual({ executed: true, result: 'kept' });
         }
+      }
+      // The task's own COMMIT fails (a deferred unique key) and the task catches it: the
+      // transaction rolled back and the lock went with it, with an error and no tag to tell.
+      const t = await idTable(f, 'UNIQUE DEFERRABLE INITIALLY DEFERRED');
+      try {
+        await f.observer.query(`INSERT INTO ${t.table} VALUES (1)`);
+        for (const locks of [f.locks, ...oneTrip]) {
+          for (const wait of [false, true]) {
+            const key = randomKey();
+            const outcome = await locks
+              .withLock(
+                key,
+                async (_tx, ctx) => {
+                  await ctx.query(`INSERT INTO ${t.table} VALUES (1)`);
+                  await ctx.query('COMMIT').catch(() => {});
+                  return 'done';
+                },
+                { wait },
+              )
+              .then(
+                (result) => ({ result }),
+                (error: unknown) => ({ error }),
+              );
+            const label = `failed COMMIT, wait ${wait}, one trip ${locks !== f.locks}`;
+            expect(outcome, label).toEqual({ error: expect.anything() });
+            const error = (outcome as { error: unknown }).error;
+            expect(codeOf(error), `${label}: ${String(error)}`).toBe('LOCK_NOT_HELD');
+            expect(await f.observer.locksOn(key), label).toEqual([]);
+          }
+        }
+        expect(await t.ids()).toEqual([1]);
+      } finally {
+        await t.drop();
       }
       // The connections came back clean: the next call commits.
       expect(await f.locks.withLock(randomKey(), async () => 'ok')).toEqual({

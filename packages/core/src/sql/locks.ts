@@ -226,42 +226,18 @@ export function sessionReleaseStatement(
 }
 
 /**
- * What a session task could leave behind on a pooled connection, as one text fingerprint (an md5):
- * the session and current user (SET ROLE, SET SESSION AUTHORIZATION), every setting changed by SET
- * in the session, advisory locks held other than `key`'s, LISTEN channels, temporary tables,
- * holdable cursors and SQL-level prepared statements. lockkit reads it before and after the task:
- * a connection whose fingerprint changed is closed rather than lent to the next pool user.
- * `key`'s own holds are left out: the lock and its release share statements with this column.
- * Protocol-level prepared statements (the driver's own cache) are left out too.
+ * Lifts `statement_timeout` for the current transaction only: sent inside a transaction lockkit
+ * opened to release a session lock, when a task left a timeout too short for the release.
  */
-export function sessionStateColumn(key: LockKey): string {
-  const { classid, objid, objsubid } = key.pgLocks;
-  // Inlined: validated integer key coordinates only.
-  const ours = `l.classid = ${BigInt(classid)}::int8::oid AND l.objid = ${BigInt(objid)}::int8::oid AND l.objsubid = ${Number(objsubid) | 0}::int2`;
-  return `md5(concat_ws('|', session_user, current_user,
-    (SELECT string_agg(s.name || '=' || coalesce(s.setting, ''), ',' ORDER BY s.name) FROM pg_settings s WHERE s.source = 'session'),
-    (SELECT string_agg(l.classid || ':' || l.objid || ':' || l.objsubid || ':' || l.mode, ',' ORDER BY l.classid, l.objid, l.objsubid, l.mode)
-       FROM pg_locks l WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND NOT (${ours})),
-    (SELECT string_agg(c, ',' ORDER BY c) FROM pg_listening_channels() c),
-    (SELECT count(*) FROM pg_class t WHERE t.relnamespace = pg_my_temp_schema()),
-    (SELECT count(*) FROM pg_cursors k WHERE k.is_holdable),
-    (SELECT count(*) FROM pg_prepared_statements p WHERE p.from_sql))) AS state`;
-}
+export const NO_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', '0', true)";
 
 /**
- * `statement` (a one-row SELECT of this module, with no FROM clause) with the
- * {@link sessionStateColumn} of `key` added as column `state`: the fingerprint costs no round trip.
+ * Resets a session connection in full, for an executor that cannot close one pooled connection
+ * without hurting its other queries: settings (custom ones too), role, advisory locks, LISTEN,
+ * temporary objects, sequences' state, cursors and prepared statements. Fails inside a
+ * transaction block.
  */
-export function withSessionState(statement: Statement, key: LockKey): Statement {
-  return { text: `${statement.text}, ${sessionStateColumn(key)}`, params: statement.params };
-}
-
-/**
- * The session state of {@link sessionStateColumn} alone, as one row with `state`.
- */
-export function sessionStateStatement(key: LockKey): string {
-  return `SELECT ${sessionStateColumn(key)}`;
-}
+export const DISCARD_ALL = 'DISCARD ALL';
 
 /**
  * Sent on a connection about to be ended by {@link END_OWN_BACKEND}: a task may have switched to a
