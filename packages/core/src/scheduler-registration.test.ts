@@ -113,3 +113,19 @@ describe('createScheduler refuses at once, typed', () => {
     });
   }
 });
+
+describe('runTick refuses, before any SQL', () => {
+  it('an invalid Date and a tick the schedule never produces', async () => {
+    const s = createScheduler(locks, { clock: at('2027-01-01T12:00:00Z') });
+    s.register('every-10s', '*/10 * * * * *', noop);
+    for (const tick of [
+      new Date(Number.NaN),
+      'not a date' as unknown as Date,
+      new Date('2027-01-01T12:00:03Z'),
+      new Date('2027-01-01T12:00:10.500Z'),
+      new Date('2027-01-01T12:00:00.001Z'),
+    ]) {
+      await expect(s.runTick('every-10s', tick), String(tick)).rejects.toEqual(invalid);
+    }
+  });
+});

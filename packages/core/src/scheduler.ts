@@ -588,12 +588,23 @@ export class Scheduler<Tx> {
    * Runs one tick of a registered job now, exactly as its timer would (claim, catch-up, run,
    * record, then any PENDING ticks that are due), and resolves when this node is done with it.
    * For tests and operators: ticks fire without waiting for the clock. Rejects with
-   * `OPTION_INVALID` for an unknown job; infrastructure failures are `error` events, as for timed
-   * ticks.
+   * `OPTION_INVALID` for an unknown job, or for a tick that is not a valid Date on the job's
+   * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
+   * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const job = this.jobs.get(name);
     if (!job) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
+    const at = tick instanceof Date ? tick.getTime() : Number.NaN;
+    if (!Number.isFinite(at)) {
+      throw new LockkitError('OPTION_INVALID', `job "${name}": the tick must be a valid Date.`);
+    }
+    if (job.cron.nextRun(new Date(at - 1))?.getTime() !== at) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${job.cronText}".`,
+      );
+    }
     const work = this.fire(job, tick);
     this.track(work);
     await work;
