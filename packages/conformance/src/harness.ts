@@ -60,6 +60,7 @@ export type ConformanceCaseId =
   | 'scheduler.graceful-stop'
   | 'scheduler.worker-processes'
   | 'scheduler.runner-dies-not-skipped'
+  | 'scheduler.hung-lease-handler-lets-go'
   | 'scheduler.lease-runner-dies'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'

@@ -459,6 +459,12 @@ export async function holdLease<Tx, T>(
     readonly emit?: (event: LockkitEvent) => void;
     /** Record a run aborted through `signal` as FAILED and reject with `ABORTED` (runWithLease). */
     readonly abortIsFailure?: boolean;
+    /**
+     * Stop renewing once the task has run this long without settling (it ignored its signal):
+     * the lease then expires and another worker may take over, instead of a hung task holding
+     * the job on every node for as long as its process lives.
+     */
+    readonly letGoAfterMs?: number;
   },
 ): Promise<T> {
   const { namespace, jobKey, token } = lease;
@@ -545,6 +551,16 @@ export async function holdLease<Tx, T>(
   };
   const aborted = () => options.abortIsFailure === true && options.signal?.aborted === true;
   let outcome: Outcome<T>;
+  let letGo: NodeJS.Timeout | undefined;
+  if (options.letGoAfterMs !== undefined) {
+    const ms = options.letGoAfterMs;
+    letGo = setTimeout(
+      () =>
+        lose(`the task ran ${ms} ms without settling, past its time limit: the lease is let go`),
+      ms,
+    );
+    letGo.unref();
+  }
   try {
     if (aborted()) {
       outcome = { kind: 'aborted', reason: options.signal?.reason };
@@ -556,6 +572,8 @@ export async function holdLease<Tx, T>(
     }
   } catch (error) {
     outcome = { kind: 'threw', error };
+  } finally {
+    clearTimeout(letGo);
   }
   // The finish must not race this lease's own renewal in flight (it would queue behind its lock).
   await beats.stop();

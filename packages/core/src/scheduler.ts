@@ -1027,6 +1027,12 @@ export class Scheduler<Tx> {
             }),
           {
             signal: this.stopping.signal,
+            // A handler still running a whole ttlMs after its timeoutMs ignored its signal: let
+            // the lease expire, so that the job is not held on every node for as long as this
+            // process lives (fenced writes of the hung handler are refused from then on).
+            ...(job.timeoutMs !== undefined && {
+              letGoAfterMs: job.timeoutMs + settings.ttlMs,
+            }),
             fenced: (fencedTask) => this.fenced(lease.token, job.name, fencedTask),
             alsoRecord: (result) => {
               if (result.failed && this.stopping.signal.aborted) {

@@ -194,6 +194,55 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.hung-lease-handler-lets-go',
+    'a lease-mode handler that ignores its signal past timeoutMs stops renewing: its lease expires and another node runs the next tick',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const started = gate();
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        a.register(
+          'job',
+          '* * * * * *',
+          async () => {
+            started.open();
+            await new Promise(() => {}); // never settles, whatever its signal says
+          },
+          { mode: 'lease', timeoutMs: 300, lease: { ttlMs: 1000 } },
+        );
+        const ran: number[] = [];
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 });
+        b.register(
+          'job',
+          '* * * * * *',
+          (run) => {
+            ran.push((run.tick.getTime() - BASE) / 1000);
+          },
+          { mode: 'lease', timeoutMs: 300, lease: { ttlMs: 1000 } },
+        );
+        void a.runTick('job', at(0));
+        await started.promise;
+        // Released a ttlMs after the timeout, then expired a ttlMs later: well within 10 s.
+        const expired = await f.observer.until(
+          async () =>
+            (
+              await f.observer.query<{ gone: boolean }>(
+                `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
+              )
+            )[0]?.gone === true,
+          10_000,
+        );
+        expect(expired, "A's lease expired although its handler still runs").toBe(true);
+        clock.set(1);
+        await b.runTick('job', at(1));
+        expect(ran).toContain(1);
+        await Promise.all([a.stop({ timeoutMs: 100 }), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.schedule-change',
     "after the cron changes, catch-up neither records nor runs ticks of the old schedule's time",
     () =>
