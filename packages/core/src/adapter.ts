@@ -26,7 +26,7 @@ export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
 export {
   BACKEND_PID,
-  DISCARD_ALL,
   END_OWN_BACKEND,
   RESET_AUTHORIZATION,
+  SESSION_RESET,
 } from './sql/locks.js';

@@ -83,7 +83,7 @@ export interface SessionContext<Session> {
    * session task (whatever the task did to its session, the next pool user must not inherit it),
    * and when core could not make it clean (an unknown transaction state, a hold it could not
    * free). Close it; or, where closing one connection would hurt the driver's other queries, reset
-   * it in full with `DISCARD ALL` outside any transaction and close it only if that fails.
+   * it with `SESSION_RESET` (from `@lockkit/core/adapter`) and close it only if that fails.
    */
   readonly discard?: () => void;
 }

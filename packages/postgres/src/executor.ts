@@ -21,11 +21,11 @@ import {
   BACKEND_PID,
   type BackendWatch,
   ConnectionFate,
-  DISCARD_ALL,
   END_OWN_BACKEND,
   isConnectionLoss,
   NestedCallGuard,
   RESET_AUTHORIZATION,
+  SESSION_RESET,
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
@@ -68,6 +68,9 @@ interface PostgresQueryLike {
   /** Sends the query (called by postgres.js once the query is awaited). */
   handler?: (query: PostgresQueryLike) => unknown;
   resolve?: (result: unknown) => unknown;
+  /** The query's text parts (one for `unsafe`), and whether it goes by the simple protocol. */
+  readonly strings?: readonly string[];
+  readonly options?: { readonly simple?: boolean };
   reject?: (error: unknown) => void;
 }
 
@@ -77,6 +80,14 @@ interface PostgresQueryLike {
  * tag (a whole rollback, or only ROLLBACK TO SAVEPOINT) or a `begin()` of its own on the handle.
  */
 type TransactionEnd = 'no' | 'yes' | 'maybe';
+
+/**
+ * Whether a simple-protocol query's text may hold several statements: postgres.js then reports
+ * only the last one's command tag, and a COMMIT before it would go unseen.
+ */
+function maySeveral(text: unknown): boolean {
+  return typeof text === 'string' && text.trim().replace(/;+$/, '').includes(';');
+}
 
 function endOf(tag: unknown): TransactionEnd {
   if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') return 'yes';
@@ -166,7 +177,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // The command tags of the statements sent in a transaction: a COMMIT or ROLLBACK of its own.
     let transactionEnd: TransactionEnd = 'no';
     // A failed statement may have been the task's own COMMIT (a deferred constraint) or PREPARE
-    // TRANSACTION, which ends the transaction with an error and no tag: ask the server.
+    // TRANSACTION, which ends the transaction with an error and no tag; a multi-statement query
+    // shows only its last tag: ask the server.
     const failed = () => {
       if (transactionEnd === 'no') transactionEnd = 'maybe';
     };
@@ -179,6 +191,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     const query: QueryFn = async (text, params) => {
       await watch.settled();
       if (fate.aborted) throw gone();
+      if ((params === undefined || params.length === 0) && maySeveral(text)) failed();
       const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
       pending = running;
       try {
@@ -228,6 +241,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       if (typeof send !== 'function') return query;
       q.handler = (self) => {
         const { resolve, reject } = self;
+        if (self.options?.simple === true && maySeveral(self.strings?.[0])) failed();
         if (typeof resolve === 'function') {
           self.resolve = (result) => {
             note(result);
@@ -296,11 +310,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   async function finish(l: Lease<R>): Promise<void> {
     if (l.discarded() && !l.watched.fate.aborted) {
       // Not to be lent on as it is. Ending the backend would hurt others: postgres.js hands the
-      // dying connection's error (57P01) to the next query it reconnects for. So reset it in full
-      // — DISCARD ALL: settings (custom ones too), role, locks, LISTEN, temporary objects,
-      // sequences, prepared statements (postgres.js prepares its own again) — and lend it on.
-      // Only a connection DISCARD ALL refuses (inside a transaction block) is ended.
-      const reset = await l.reserved.unsafe(DISCARD_ALL).then(
+      // dying connection's error (57P01) to the next query it reconnects for. So reset it —
+      // settings (custom ones too), role, locks, LISTEN, temporary objects, sequences, SQL
+      // prepared statements — and lend it on. Not DISCARD ALL: dropping the statements postgres.js
+      // prepared itself corrupts its queue. Only a connection the reset fails on is ended.
+      const reset = await l.reserved.unsafe(SESSION_RESET).then(
         () => true,
         () => false,
       );

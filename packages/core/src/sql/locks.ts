@@ -232,12 +232,27 @@ export function sessionReleaseStatement(
 export const NO_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', '0', true)";
 
 /**
- * Resets a session connection in full, for an executor that cannot close one pooled connection
- * without hurting its other queries: settings (custom ones too), role, advisory locks, LISTEN,
- * temporary objects, sequences' state, cursors and prepared statements. Fails inside a
+ * Resets a session connection, for an executor that cannot close one pooled connection without
+ * hurting its other queries: role and session authorization, settings (custom ones too), cursors,
+ * LISTEN, advisory locks, temporary objects, sequences' state and SQL-level prepared statements.
+ * Unlike `DISCARD ALL`, it keeps the protocol-level prepared statements a driver caches (dropping
+ * them under postgres.js corrupts its queue). One simple-protocol query; fails inside a
  * transaction block.
  */
-export const DISCARD_ALL = 'DISCARD ALL';
+export const SESSION_RESET = [
+  'CLOSE ALL',
+  'SET SESSION AUTHORIZATION DEFAULT',
+  'RESET ALL',
+  'UNLISTEN *',
+  'SELECT pg_advisory_unlock_all()',
+  'DISCARD TEMP',
+  'DISCARD SEQUENCES',
+  `DO $lockkit$ DECLARE n text; BEGIN
+     FOR n IN SELECT name FROM pg_prepared_statements WHERE from_sql LOOP
+       EXECUTE format('DEALLOCATE %I', n);
+     END LOOP;
+   END $lockkit$`,
+].join('; ');
 
 /**
  * Sent on a connection about to be ended by {@link END_OWN_BACKEND}: a task may have switched to a
