@@ -245,6 +245,9 @@ async function release(
       await query(ROLLBACK).catch(() => {});
       throw again;
     }
+    // An unlock is not undone by the cancel of its statement: the cancelled attempt may have
+    // released the lock already, so "not held" here says nothing of anyone else.
+    if (row.released === false) return;
   }
   if (row.released === null) {
     engine.poolerDetected = true;
