@@ -55,6 +55,17 @@ export function schedulerLedgerCases<Tx, Session>(
     (await rows(schema, job))
       .filter((r) => new Date(r.tick).getTime() === tick.getTime())
       .map((r) => r.status);
+  /** Waits (up to 10 s) until the lease of job 'job' has expired in the database. */
+  const leaseExpired = (schema: string) =>
+    fixture().observer.until(
+      async () =>
+        (
+          await fixture().observer.query<{ gone: boolean }>(
+            `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
+          )
+        )[0]?.gone === true,
+      10_000,
+    );
   const node = (
     schema: string,
     options: SchedulerOptions,
@@ -174,15 +185,7 @@ export function schedulerLedgerCases<Tx, Session>(
         dead = true;
         await lost.promise; // A's renewals fail: its lease is lost at its local deadline
         await aRun;
-        const expired = await f.observer.until(
-          async () =>
-            (
-              await f.observer.query<{ gone: boolean }>(
-                `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
-              )
-            )[0]?.gone === true,
-          10_000,
-        );
+        const expired = await leaseExpired(schema);
         expect(expired, "A's lease expired in the database").toBe(true);
         await b.runTick('job', at(0));
         await b.runTick('job', at(0)); // once only
@@ -198,7 +201,6 @@ export function schedulerLedgerCases<Tx, Session>(
     'a lease-mode handler that ignores its signal past timeoutMs stops renewing: its lease expires and another node runs the next tick',
     () =>
       withSchema(async (schema) => {
-        const f = fixture();
         const clock = handClock(0);
         const started = gate();
         const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
@@ -224,15 +226,7 @@ export function schedulerLedgerCases<Tx, Session>(
         void a.runTick('job', at(0));
         await started.promise;
         // Released a ttlMs after the timeout, then expired a ttlMs later: well within 10 s.
-        const expired = await f.observer.until(
-          async () =>
-            (
-              await f.observer.query<{ gone: boolean }>(
-                `SELECT expires_at < now() AS gone FROM "${schema}".leases WHERE job_key = 'job'`,
-              )
-            )[0]?.gone === true,
-          10_000,
-        );
+        const expired = await leaseExpired(schema);
         expect(expired, "A's lease expired although its handler still runs").toBe(true);
         clock.set(1);
         await b.runTick('job', at(1));
