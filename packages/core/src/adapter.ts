@@ -13,7 +13,7 @@ export {
   type WatchedBackend,
 } from './backend-watch.js';
 export { type CancelTarget, sendCancelRequest } from './cancel-request.js';
-export { ConnectionFate } from './connection-fate.js';
+export { ConnectionFate, FateTransactionContext } from './connection-fate.js';
 export { isConnectionLoss } from './connection-loss.js';
 export {
   type ConnectionSlot,

@@ -4,6 +4,7 @@
  *
  * @packageDocumentation
  */
+import type { QueryFn, TransactionContext } from './executor.js';
 
 /**
  * The fate of one leased connection. Adapters call {@link ConnectionFate.abort} when the driver
@@ -50,5 +51,46 @@ export class ConnectionFate {
       if (this.dead) this.controller.abort(this.why);
     }
     return this.controller.signal;
+  }
+}
+
+/**
+ * The {@link TransactionContext} an adapter hands core for one transaction, its `signal` and
+ * `lost` read from the connection's {@link ConnectionFate}. A class, so that those getters live
+ * on the prototype: an object literal with accessors costs more to build than the rest of a lock
+ * decision's JavaScript. The optional members are assigned after construction when the adapter
+ * has them.
+ *
+ * @example
+ * ```ts
+ * import { ConnectionFate, FateTransactionContext } from '@lockkit/core/adapter';
+ * const fate = new ConnectionFate();
+ * const ctx = new FateTransactionContext(async () => [], { name: 'tx' }, fate);
+ * ctx.ended = () => false;
+ * console.log(ctx.lost, ctx.signal.aborted); // false false
+ * ```
+ */
+export class FateTransactionContext<Tx> implements TransactionContext<Tx> {
+  /** See {@link TransactionContext.interrupt}. */
+  interrupt?: () => Promise<void>;
+  /** See {@link TransactionContext.ended}. */
+  ended?: () => boolean | undefined;
+
+  constructor(
+    /** Runs SQL inside the transaction. */
+    readonly query: QueryFn,
+    /** The driver's transaction handle. */
+    readonly tx: Tx,
+    private readonly fate: ConnectionFate,
+  ) {}
+
+  /** Aborted when the connection dies. */
+  get signal(): AbortSignal {
+    return this.fate.signal;
+  }
+
+  /** Whether the connection has died. */
+  get lost(): boolean {
+    return this.fate.aborted;
   }
 }

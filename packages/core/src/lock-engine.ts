@@ -220,6 +220,30 @@ export function classify(
   return fromPostgresError(original, what);
 }
 
+/**
+ * The {@link TaskContext} of one run. A class, so that its lazy `signal` getter lives on the
+ * prototype: an object literal with an accessor costs more to build than the rest of a run's
+ * JavaScript.
+ */
+class RunningTask implements TaskContext {
+  private built: AbortSignal | undefined;
+
+  constructor(
+    readonly key: LockKey,
+    readonly query: QueryFn,
+    private readonly connection: { readonly signal: AbortSignal },
+    private readonly caller: AbortSignal | undefined,
+  ) {}
+
+  /** Built on first read: a task that never looks at its signal costs no AbortSignal. */
+  get signal(): AbortSignal {
+    this.built ??= this.caller
+      ? AbortSignal.any([this.connection.signal, this.caller])
+      : this.connection.signal;
+    return this.built;
+  }
+}
+
 /** Runs the user's task with its context; its own error comes out wrapped in a TaskFailure. */
 export async function runTask<H, T>(
   task: (handle: H, ctx: TaskContext) => Promise<T> | T,
@@ -229,16 +253,7 @@ export async function runTask<H, T>(
   connection: { readonly signal: AbortSignal },
   caller: AbortSignal | undefined,
 ): Promise<T> {
-  // Built on first read: a task that never looks at its signal costs no AbortSignal.
-  let signal: AbortSignal | undefined;
-  const context: TaskContext = {
-    get signal() {
-      signal ??= caller ? AbortSignal.any([connection.signal, caller]) : connection.signal;
-      return signal;
-    },
-    key,
-    query,
-  };
+  const context = new RunningTask(key, query, connection, caller);
   try {
     return await task(handle, context);
   } catch (error) {

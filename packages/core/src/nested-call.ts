@@ -54,15 +54,37 @@ export class NestedCallGuard {
   /**
    * Runs a task (the callback core gave the executor) marked as holding the connection. The mark
    * is switched off when it settles, so timers the task left behind do not carry it on.
+   *
+   * Without a single connection this is `fn()` itself: no extra promise on the hot path.
    */
-  async run<T>(fn: () => Promise<T>): Promise<T> {
+  run<T>(fn: () => Promise<T>): Promise<T> {
     const running = this.running;
     if (running === undefined) return fn();
+    return NestedCallGuard.marked(running, fn);
+  }
+
+  /**
+   * Tasks running under each mark. Node (before its async context frames) propagates an
+   * `AsyncLocalStorage` with a hook on every promise the process makes, lockkit's or not, for
+   * as long as any storage is enabled: the mark is enabled only while one of its tasks runs.
+   */
+  private static readonly active = new WeakMap<AsyncLocalStorage<{ active: boolean }>, number>();
+
+  private static async marked<T>(
+    running: AsyncLocalStorage<{ active: boolean }>,
+    fn: () => Promise<T>,
+  ): Promise<T> {
+    const active = NestedCallGuard.active;
+    active.set(running, (active.get(running) ?? 0) + 1);
     const token = { active: true };
     try {
       return await running.run(token, fn);
     } finally {
       token.active = false;
+      const left = (active.get(running) ?? 1) - 1;
+      active.set(running, left);
+      // Stores of continuations still pending read undefined from here on: none is a task.
+      if (left === 0) running.disable();
     }
   }
 }

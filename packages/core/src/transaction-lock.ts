@@ -80,7 +80,10 @@ export async function transactionLock<Tx, Session, T>(
     // Make sure COMMIT will commit the transaction that took the lock: the task has not ended it
     // itself, and (where the executor cannot read COMMIT's answer) it is not aborted. Tested here
     // first: no extra await on the hot path of executors that can tell both.
-    if (!engine.executor.commitReportsRollback || ctx.ended !== undefined) {
+    if (
+      !engine.executor.commitReportsRollback ||
+      (ctx.ended !== undefined && ctx.ended() !== false)
+    ) {
       await checkCommittable(engine.executor, ctx, `lock ${key}`, first(openingRows).began);
     }
     // A connection already lost cannot be committing: that is a rollback, not an unknown.

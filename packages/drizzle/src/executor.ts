@@ -15,6 +15,7 @@ import {
 } from '@lockkit/core';
 import {
   ConnectionFate,
+  FateTransactionContext,
   guardCheckouts,
   isConnectionLoss,
   NestedCallGuard,
@@ -256,19 +257,9 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           };
           let outcome: { ok: true; value: T } | { ok: false; error: unknown };
           try {
-            running = nested.run(() =>
-              fn({
-                query,
-                tx,
-                get signal() {
-                  return fate.signal;
-                },
-                get lost() {
-                  return fate.aborted;
-                },
-                ...(alone && { interrupt: protocolCancel(client) }),
-              }),
-            );
+            const ctx = new FateTransactionContext(query, tx, fate);
+            if (alone) ctx.interrupt = protocolCancel(client);
+            running = nested.run(() => fn(ctx));
             outcome = { ok: true, value: await running };
           } catch (error) {
             outcome = { ok: false, error };

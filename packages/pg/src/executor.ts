@@ -17,6 +17,7 @@ import {
 } from '@lockkit/core';
 import {
   ConnectionFate,
+  FateTransactionContext,
   isConnectionLoss,
   NestedCallGuard,
   sendCancelRequest,
@@ -134,7 +135,6 @@ function watch(client: PgClientLike): {
 /** The part of pg's protocol connection (`client.connection`, an EventEmitter) we listen to. */
 interface PgConnectionEvents {
   on(event: string, listener: (message: PgProtocolMessage) => void): unknown;
-  removeListener(event: string, listener: (message: PgProtocolMessage) => void): unknown;
 }
 
 /** ReadyForQuery's `status`, CommandComplete's `text` (the command tag). */
@@ -143,46 +143,74 @@ interface PgProtocolMessage {
   readonly text?: unknown;
 }
 
+/** What {@link followerOf} keeps per client: whether lockkit's transaction on it has ended. */
+interface TransactionFollower {
+  /** Whether a transaction is being followed; the listeners ignore the connection otherwise. */
+  following: boolean;
+  state: boolean | undefined;
+  /** `ctx.ended`, made once per client. */
+  readonly ended: () => boolean | undefined;
+  readonly stop: () => void;
+}
+
+/** One follower per client: its listeners stay on the connection, so a run adds none. */
+const followers = new WeakMap<object, TransactionFollower | null>();
+
 /**
- * Follows `client`'s transaction from now on. `ended()` is true once a ReadyForQuery reported the
- * connection idle or a statement completed as COMMIT (COMMIT AND CHAIN too) or PREPARE
- * TRANSACTION: the transaction ended, even if another began after it. After a ROLLBACK tag (a
- * whole ROLLBACK AND CHAIN, or only ROLLBACK TO SAVEPOINT) or an error (perhaps a failed COMMIT)
- * it is undefined: core asks the server.
- * Without pg's protocol events, the last ReadyForQuery status says at least whether a transaction
- * ended and none replaced it; undefined when pg reports neither.
+ * Follows `client`'s transactions. While `following`, `ended` turns true once a ReadyForQuery
+ * reported the connection idle or a statement completed as COMMIT (COMMIT AND CHAIN too) or
+ * PREPARE TRANSACTION: the transaction ended, even if another began after it. After a ROLLBACK
+ * tag (a whole ROLLBACK AND CHAIN, or only ROLLBACK TO SAVEPOINT) or an error (perhaps a failed
+ * COMMIT) it is undefined: core asks the server. Undefined when pg has no protocol events.
+ */
+function followerOf(client: PgClientLike): TransactionFollower | undefined {
+  const known = followers.get(client);
+  if (known !== undefined) return known ?? undefined;
+  const connection = (client as { readonly connection?: Partial<PgConnectionEvents> }).connection;
+  if (typeof connection?.on !== 'function') {
+    followers.set(client, null);
+    return undefined;
+  }
+  const follower: TransactionFollower = {
+    following: false,
+    state: false,
+    ended: () => follower.state,
+    stop: () => {
+      follower.following = false;
+    },
+  };
+  const events = connection as PgConnectionEvents;
+  events.on('readyForQuery', (message) => {
+    if (follower.following && message?.status === 'I') follower.state = true;
+  });
+  events.on('commandComplete', (message) => {
+    if (!follower.following) return;
+    const tag = message?.text;
+    if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') follower.state = true;
+    else if (tag === 'ROLLBACK' && follower.state === false) follower.state = undefined;
+  });
+  // A statement that failed may have been the task's own COMMIT (a deferred constraint) or
+  // PREPARE TRANSACTION: its promise settles before the ReadyForQuery that would tell.
+  events.on('errorMessage', () => {
+    if (follower.following && follower.state === false) follower.state = undefined;
+  });
+  followers.set(client, follower);
+  return follower;
+}
+
+/**
+ * Follows `client`'s transaction from now on (see {@link followerOf}). Without pg's protocol
+ * events, the last ReadyForQuery status says at least whether a transaction ended and none
+ * replaced it; undefined when pg reports neither.
  */
 function followTransaction(
   client: PgClientLike,
 ): { readonly ended: () => boolean | undefined; readonly stop: () => void } | undefined {
-  const connection = (client as { readonly connection?: Partial<PgConnectionEvents> }).connection;
-  if (typeof connection?.on === 'function' && typeof connection.removeListener === 'function') {
-    const events = connection as PgConnectionEvents;
-    let ended: boolean | undefined = false;
-    const ready = (message: PgProtocolMessage) => {
-      if (message?.status === 'I') ended = true;
-    };
-    const completed = (message: PgProtocolMessage) => {
-      const tag = message?.text;
-      if (tag === 'COMMIT' || tag === 'PREPARE TRANSACTION') ended = true;
-      else if (tag === 'ROLLBACK' && ended === false) ended = undefined;
-    };
-    // A statement that failed may have been the task's own COMMIT (a deferred constraint) or
-    // PREPARE TRANSACTION: its promise settles before the ReadyForQuery that would tell.
-    const failed = () => {
-      if (ended === false) ended = undefined;
-    };
-    events.on('readyForQuery', ready);
-    events.on('commandComplete', completed);
-    events.on('errorMessage', failed);
-    return {
-      ended: () => ended,
-      stop: () => {
-        events.removeListener('readyForQuery', ready);
-        events.removeListener('commandComplete', completed);
-        events.removeListener('errorMessage', failed);
-      },
-    };
+  const follower = followerOf(client);
+  if (follower) {
+    follower.state = false;
+    follower.following = true;
+    return follower;
   }
   if (typeof client.getTransactionStatus !== 'function') return undefined;
   return { ended: () => client.getTransactionStatus?.() === 'I', stop: () => {} };
@@ -231,7 +259,7 @@ export function pgExecutor(
   // inside a task do not carry it on.
   const onlyOne = !isPool(handle) || (handle as { options?: { max?: unknown } }).options?.max === 1;
   const nested = new NestedCallGuard(name, onlyOne, handle);
-  const acquire = async (): Promise<Lease<PgClientLike>> => {
+  const acquire = (): Promise<Lease<PgClientLike>> => {
     nested.check();
     return leases();
   };
@@ -294,29 +322,16 @@ export function pgExecutor(
       }
       // From here on, a ReadyForQuery that says idle means the task ended the transaction.
       following = followTransaction(lease.client);
-      const ended = following?.ended;
-      const result = await exclusively(() =>
-        fn(
-          {
-            query,
-            tx: lease.client,
-            get signal() {
-              return fate.signal;
-            },
-            get lost() {
-              return fate.aborted;
-            },
-            ...(interrupt && {
-              interrupt: () => {
-                interrupted = true;
-                return interrupt();
-              },
-            }),
-            ...(ended && { ended }),
-          },
-          opening === undefined ? [] : openingRows,
-        ),
-      );
+      const ctx = new FateTransactionContext(query, lease.client, fate);
+      if (interrupt) {
+        ctx.interrupt = () => {
+          interrupted = true;
+          return interrupt();
+        };
+      }
+      if (following) ctx.ended = following.ended;
+      const rows = opening === undefined ? [] : openingRows;
+      const result = await exclusively(() => fn(ctx, rows));
       following?.stop();
       if (await commit()) {
         inTransactionBlock = false;

@@ -22,6 +22,7 @@ import {
   type BackendWatch,
   ConnectionFate,
   END_OWN_BACKEND,
+  FateTransactionContext,
   isConnectionLoss,
   NestedCallGuard,
   RESET_AUTHORIZATION,
@@ -368,23 +369,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       l.watched.pid = Number(
         (reportsPid ? openingRows : Array.from(results[1] as ArrayLike<Row>))[0]?.pid,
       );
-      const result = await nested.run(() =>
-        fn(
-          {
-            query: l.query,
-            tx: l.handle,
-            get signal() {
-              return fate.signal;
-            },
-            get lost() {
-              return fate.aborted;
-            },
-            ...(l.interrupt && { interrupt: l.interrupt }),
-            ended: l.ended,
-          },
-          openingRows,
-        ),
-      );
+      const ctx = new FateTransactionContext(l.query, l.handle, fate);
+      if (l.interrupt) ctx.interrupt = l.interrupt;
+      ctx.ended = l.ended;
+      const result = await nested.run(() => fn(ctx, openingRows));
       await l.watch.settled();
       if (fate.aborted) throw fate.reason;
       const committed = await l.reserved.unsafe('COMMIT');

@@ -4,7 +4,13 @@
  * connection, so there is no session capability.
  */
 import { type LockExecutor, type Row, TransactionExpiredError } from '@lockkit/core';
-import { BACKEND_PID, BackendWatch, ConnectionFate, isConnectionLoss } from '@lockkit/core/adapter';
+import {
+  BACKEND_PID,
+  BackendWatch,
+  ConnectionFate,
+  FateTransactionContext,
+  isConnectionLoss,
+} from '@lockkit/core/adapter';
 
 /** Prisma's interactive-transaction limits. */
 export interface PrismaTransactionOptions {
@@ -140,16 +146,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             }
             return rows;
           };
-          running = fn({
-            query,
-            tx,
-            get signal() {
-              return fate.signal;
-            },
-            get lost() {
-              return fate.aborted;
-            },
-          });
+          running = fn(new FateTransactionContext(query, tx, fate));
           return (await running) as never;
         }, limits);
       } catch (error) {
