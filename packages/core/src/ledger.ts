@@ -34,6 +34,7 @@ import {
   pruneStatement,
   queueTickStatement,
   type RunRecord,
+  ranAfterStatement,
   recentTicksStatement,
   recordTicksStatement,
   registerScheduleStatement,
@@ -268,6 +269,15 @@ export class Ledger {
       reference = last;
     }
     return holes;
+  }
+
+  /**
+   * Whether a tick after `tick` has run, is running, or waits in the ledger to run: a hole older
+   * than such a tick is behind the job's latest run.
+   */
+  async ranAfter(query: QueryFn, job: LedgerJob, tick: Date): Promise<boolean> {
+    const [row] = await rowsOf(query, ranAfterStatement(this.scope, job.name, tick));
+    return row?.ran === true;
   }
 
   /** The job's oldest PENDING tick that is due at `now`, if any. */

@@ -260,11 +260,32 @@ interface Job<Tx> extends LedgerJob {
 interface TickOutcome {
   /** Ticks catch-up decided to run now. */
   readonly catchUp: readonly Date[];
-  /** Whether this node ran the tick (successfully or not): then it looks for PENDING ticks due. */
-  readonly ran: boolean;
+  /**
+   * Whether this node should now run the job's PENDING ticks that are due: it ran the tick
+   * (successfully or not), or queued it behind older ones.
+   */
+  readonly drain: boolean;
 }
 
-const NOTHING: TickOutcome = { catchUp: [], ran: false };
+const NOTHING: TickOutcome = { catchUp: [], drain: false };
+
+/** The first and the longest pause between two looks at a lease held by an earlier tick's run. */
+const LEASE_POLL_MS = [25, 250] as const;
+
+/** Resolves true after `ms`, or false as soon as `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const done = (waited: boolean) => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      resolve(waited);
+    };
+    const onAbort = () => done(false);
+    const timer = setTimeout(() => done(true), ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
 
 /** Why a node attempts a tick: its own timer, catch-up, or a PENDING row of the ledger that is due. */
 type TickSource = 'timer' | 'catch-up' | 'pending';
@@ -276,6 +297,10 @@ const HEARTBEAT_MS = 60_000;
 type LeaseClaim =
   | { readonly kind: 'done' }
   | { readonly kind: 'held'; readonly decision: HeldDecision | 'later'; readonly catchUp: Date[] }
+  /** Queued behind older due ticks: this node runs the due ones next, oldest first. */
+  | { readonly kind: 'behind'; readonly decision: HeldDecision; readonly catchUp: Date[] }
+  /** An earlier tick's run holds the job: look again shortly. */
+  | { readonly kind: 'busy' }
   | {
       readonly kind: 'claimed';
       readonly lease: ClaimedLease;
@@ -696,12 +721,12 @@ export class Scheduler<Tx> {
   private async fire(job: Job<Tx>, tick: Date): Promise<void> {
     try {
       const outcome = await this.runOne(job, tick, 'timer');
-      let ran = outcome.ran;
+      let drain = outcome.drain;
       for (const missedTick of outcome.catchUp) {
         if (this.stopping.signal.aborted) return;
-        ran = (await this.runOne(job, missedTick, 'catch-up')).ran || ran;
+        drain = (await this.runOne(job, missedTick, 'catch-up')).drain || drain;
       }
-      if (ran) await this.drain(job);
+      if (drain) await this.drain(job);
     } catch (error) {
       if (!this.stopping.signal.aborted) this.emit({ type: 'error', job: job.name, tick, error });
     }
@@ -714,7 +739,7 @@ export class Scheduler<Tx> {
       const due = await this.query((q) => this.ledger.nextDue(q, job, new Date(this.now())));
       if (!due || tried.has(due.getTime())) return;
       tried.add(due.getTime());
-      if (!(await this.runOne(job, due, 'pending')).ran) return;
+      if (!(await this.runOne(job, due, 'pending')).drain) return;
     }
   }
 
@@ -778,6 +803,24 @@ export class Scheduler<Tx> {
     return (await this.ledger.recordSkipped(query, job, tick)) ? 'skipped' : 'exists';
   }
 
+  /**
+   * With `overlap: 'queue'`, a tick its timer fired while older queued ticks are due waits
+   * behind them (queued PENDING now; whoever runs next takes them oldest first): undefined when
+   * it need not, else what became of it.
+   */
+  private async queueBehind(
+    job: Job<Tx>,
+    tick: Date,
+    how: TickSource,
+    query: QueryFn,
+    now: Date,
+  ): Promise<HeldDecision | undefined> {
+    if (job.overlap !== 'queue' || how !== 'timer') return undefined;
+    const due = await this.ledger.nextDue(query, job, now);
+    if (due === undefined || due.getTime() >= tick.getTime()) return undefined;
+    return this.ledger.queue(query, job, tick, now, job.queueLimit);
+  }
+
   /** Reports what became of an overlapping tick. */
   private reportHeld(job: Job<Tx>, tick: Date, decision: HeldDecision): void {
     if (decision === 'skipped') this.emit({ type: 'skipped-held', job: job.name, tick });
@@ -794,8 +837,13 @@ export class Scheduler<Tx> {
     const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
     if (holes.length === 0) return [];
     let run: Date[] = [];
-    if (job.catchUp === 'latest') run = holes.slice(0, 1);
-    else if (typeof job.catchUp === 'object') {
+    if (job.catchUp === 'latest') {
+      // The newest hole, unless a later tick has run (or waits to) since: the job is then up to
+      // date, and one outage gives one catch-up run even when a hole leaves the grace window only
+      // after the outage's first tick ran.
+      const newest = holes[0] as Date;
+      if (!(await this.ledger.ranAfter(query, job, newest))) run = [newest];
+    } else if (typeof job.catchUp === 'object') {
       const since = tick.getTime() - job.catchUp.withinMs;
       run = holes.filter((t) => t.getTime() >= since).reverse();
     }
@@ -816,6 +864,7 @@ export class Scheduler<Tx> {
       let claimed = false;
       let outcome:
         | { kind: 'done'; catchUp: Date[] }
+        | { kind: 'behind'; decision: HeldDecision; catchUp: Date[] }
         | { kind: 'ran'; attempt: number; catchUp: Date[] }
         | { kind: 'failed'; attempt: number; error: unknown; record: RunRecord; catchUp: Date[] };
       try {
@@ -831,6 +880,11 @@ export class Scheduler<Tx> {
               state.kind === 'free' && how === 'timer'
                 ? await this.catchUp(job, tick, ctx.query)
                 : [];
+            const behind =
+              state.kind === 'free'
+                ? await this.queueBehind(job, tick, how, ctx.query, now)
+                : undefined;
+            if (behind !== undefined) return { kind: 'behind' as const, decision: behind, catchUp };
             const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
             if (attempt === undefined) return { kind: 'done' as const, catchUp };
             claimed = true;
@@ -916,7 +970,11 @@ export class Scheduler<Tx> {
       }
       if (outcome.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });
-        return { catchUp: outcome.catchUp, ran: false };
+        return { catchUp: outcome.catchUp, drain: false };
+      }
+      if (outcome.kind === 'behind') {
+        this.reportHeld(job, tick, outcome.decision);
+        return { catchUp: outcome.catchUp, drain: true };
       }
       if (outcome.kind === 'failed') {
         this.emit({
@@ -928,7 +986,7 @@ export class Scheduler<Tx> {
           willRetry: outcome.record.kind === 'retry',
         });
         this.retryLater(job, tick, outcome.record);
-        return { catchUp: outcome.catchUp, ran: true };
+        return { catchUp: outcome.catchUp, drain: true };
       }
       this.emit({
         type: 'ran',
@@ -937,13 +995,19 @@ export class Scheduler<Tx> {
         attempt: outcome.attempt,
         durationMs: performance.now() - started,
       });
-      return { catchUp: outcome.catchUp, ran: true };
+      return { catchUp: outcome.catchUp, drain: true };
     }
   }
 
   private async runInLease(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const schema = this.schema;
     const settings = leaseSettings(job.lease);
+    // A fresh tick that finds an earlier tick's run holding the job waits this long for it to
+    // end (polling the lease), as transaction mode waits for the job's lock: a node whose clock
+    // runs ahead fires the next tick before that run ends, and must not call it an overlap.
+    // Real time, as the lock wait's: claimTimeoutMs bounds how long a node waits, not a schedule.
+    const waitUntil = performance.now() + job.claimTimeoutMs;
+    let pauseMs: number = LEASE_POLL_MS[0];
     for (;;) {
       const started = performance.now();
       let claim: JobResult<LeaseClaim>;
@@ -955,10 +1019,14 @@ export class Scheduler<Tx> {
             const state = await this.ledger.state(ctx.query, job, tick, now);
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
               return { kind: 'done' as const };
-            const catchUp =
-              state.kind === 'free' && how === 'timer'
-                ? await this.catchUp(job, tick, ctx.query)
-                : [];
+            const judge = () =>
+              state.kind === 'free' && how === 'timer' ? this.catchUp(job, tick, ctx.query) : [];
+            const behind =
+              state.kind === 'free'
+                ? await this.queueBehind(job, tick, how, ctx.query, now)
+                : undefined;
+            if (behind !== undefined)
+              return { kind: 'behind' as const, decision: behind, catchUp: await judge() };
             const lease = await claimLease(
               ctx.query,
               schema,
@@ -967,12 +1035,17 @@ export class Scheduler<Tx> {
               settings,
             );
             if ('holder' in lease) {
-              // Another tick's run holds the job: a fresh tick overlaps it; one already in the
-              // ledger (due, or its runner gone) waits there for whoever runs next.
+              // Another tick's run holds the job. A fresh tick waits for it up to claimTimeoutMs
+              // (with overlap 'queue' it waits in the ledger instead, where catch-up sees it and
+              // the queue keeps its order), then overlaps it; one already in the ledger (due, or
+              // its runner gone) waits there for whoever runs next.
+              if (state.kind === 'free' && job.overlap === 'skip' && performance.now() < waitUntil)
+                return { kind: 'busy' as const };
               const decision =
                 state.kind === 'free' ? await this.overlapped(job, tick, ctx.query) : 'later';
-              return { kind: 'held' as const, decision, catchUp };
+              return { kind: 'held' as const, decision, catchUp: await judge() };
             }
+            const catchUp = await judge();
             // Runs that never finished under their token died with their holder: given back.
             await this.ledger.giveBackAbandoned(ctx.query, job, lease.token, now);
             const attempt = await this.ledger.claim(ctx.query, job, tick, lease.token, now);
@@ -1001,9 +1074,18 @@ export class Scheduler<Tx> {
         this.emit({ type: 'skipped-done', job: job.name, tick });
         return NOTHING;
       }
-      if (c.kind === 'held') {
+      if (c.kind === 'busy') {
+        const waited = await pause(
+          Math.min(pauseMs, Math.max(1, waitUntil - performance.now())),
+          this.stopping.signal,
+        );
+        if (!waited) return NOTHING; // stop(): the tick is left to catch-up
+        pauseMs = Math.min(pauseMs * 2, LEASE_POLL_MS[1]);
+        continue;
+      }
+      if (c.kind === 'held' || c.kind === 'behind') {
         if (c.decision !== 'later') this.reportHeld(job, tick, c.decision);
-        return { catchUp: c.catchUp, ran: false };
+        return { catchUp: c.catchUp, drain: c.kind === 'behind' };
       }
       const { lease, attempt } = c;
       let record = { kind: 'succeeded' } as RunRecord;
@@ -1049,7 +1131,7 @@ export class Scheduler<Tx> {
       } catch (error) {
         if (error instanceof LeaseLostError) {
           this.emit({ type: 'lease-lost', job: job.name, tick, error });
-          return { catchUp: c.catchUp, ran: true };
+          return { catchUp: c.catchUp, drain: true };
         }
         if (givenBack) return NOTHING;
         if (record.kind === 'succeeded') throw error; // not the handler's failure
@@ -1062,7 +1144,7 @@ export class Scheduler<Tx> {
           willRetry: record.kind === 'retry',
         });
         this.retryLater(job, tick, record);
-        return { catchUp: c.catchUp, ran: true };
+        return { catchUp: c.catchUp, drain: true };
       }
       this.emit({
         type: 'ran',
@@ -1071,7 +1153,7 @@ export class Scheduler<Tx> {
         attempt,
         durationMs: performance.now() - started,
       });
-      return { catchUp: c.catchUp, ran: true };
+      return { catchUp: c.catchUp, drain: true };
     }
   }
 

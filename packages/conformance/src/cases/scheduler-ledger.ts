@@ -197,6 +197,63 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.lease-fast-clock-waits',
+    'lease mode: a node whose clock runs ahead fires the next tick while the previous tick still runs elsewhere; it waits (up to claimTimeoutMs) for that run to end and runs the tick, never recording it skipped',
+    () =>
+      withSchema(async (schema) => {
+        const clockA = handClock(0);
+        const clockB = handClock(1); // B's clock is a second ahead: tick 1 is due for it already
+        const started = gate();
+        const release = gate();
+        const polled = gate();
+        const ran: string[] = [];
+        const events: string[] = [];
+        const a = node(schema, { owner: 'a', now: clockA.now, catchUpGraceMs: 0 });
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            ran.push(`a ${(run.tick.getTime() - BASE) / 1000}`);
+            started.open();
+            await release.promise;
+          },
+          { mode: 'lease', lease: { ttlMs: 5000 } },
+        );
+        let releases = 0;
+        const b = node(schema, { owner: 'b', now: clockB.now, catchUpGraceMs: 0 }, (e) => {
+          // B's second look at the lease: it is waiting for A's run, not judging tick 1 at once.
+          if (e.type === 'lock-released' && ++releases === 2) polled.open();
+        });
+        b.register(
+          'job',
+          '* * * * * *',
+          (run) => {
+            ran.push(`b ${(run.tick.getTime() - BASE) / 1000}`);
+          },
+          { mode: 'lease', lease: { ttlMs: 5000 }, claimTimeoutMs: 20_000 },
+        );
+        for (const type of ['skipped-held', 'skipped-done', 'queue-full', 'error'] as const)
+          b.on(type, (e) => events.push(e.type));
+        const aRun = a.runTick('job', at(0));
+        await started.promise;
+        const bRun = b.runTick('job', at(1));
+        try {
+          // Either B is waiting (the fix) or it has already judged tick 1 (the bug): no timing.
+          await Promise.race([polled.promise, bRun]);
+        } finally {
+          release.open();
+          await aRun;
+          await bRun;
+        }
+        expect(events).toEqual([]);
+        expect(ran).toEqual(['a 0', 'b 1']);
+        expect(await statusOf(schema, 'job', at(1))).toEqual(['SUCCEEDED']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.hung-lease-handler-lets-go',
     'a lease-mode handler that ignores its signal past timeoutMs stops renewing: its lease expires and another node runs the next tick',
     () =>
@@ -274,32 +331,64 @@ export function schedulerLedgerCases<Tx, Session>(
     30_000,
   );
 
+  /**
+   * A per-second job with `catchUp: 'latest'`, run at second 0, then down until second 3,000 and
+   * back for ticks 3,000 to 3,002: the ticks its handler ran, in order, marked when catch-up ran them.
+   */
+  const latestAfterOutage = async (locks: LockClient<Tx, Session>, catchUpGraceMs: number) => {
+    const clock = handClock(0);
+    const ran: string[] = [];
+    const s = createScheduler(locks, { now: clock.now, catchUpGraceMs });
+    s.register(
+      'job',
+      '* * * * * *',
+      (run) => {
+        ran.push(`${(run.tick.getTime() - BASE) / 1000}${run.catchUp ? ' catch-up' : ''}`);
+      },
+      { catchUp: 'latest' },
+    );
+    await s.runTick('job', at(0));
+    for (const second of [3000, 3001, 3002]) {
+      clock.set(second);
+      await s.runTick('job', at(second));
+    }
+    return ran;
+  };
+
   test(
     'scheduler.latest-after-outage',
     "after 3,000 s of a per-second job nobody ran, 'latest' runs the newest missed tick once, and no stale tick after",
     () =>
       withSchema(async (schema, locks) => {
-        const clock = handClock(0);
-        const ran: number[] = [];
-        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
-        s.register(
-          'job',
-          '* * * * * *',
-          (run) => {
-            ran.push((run.tick.getTime() - BASE) / 1000);
-          },
-          { catchUp: 'latest' },
-        );
-        await s.runTick('job', at(0));
-        clock.set(3000);
-        await s.runTick('job', at(3000));
-        clock.set(3001);
-        await s.runTick('job', at(3001));
-        clock.set(3002);
-        await s.runTick('job', at(3002));
-        expect(ran.sort((x, y) => x - y)).toEqual([0, 2999, 3000, 3001, 3002]);
+        expect(await latestAfterOutage(locks, 0)).toEqual([
+          '0',
+          '3000',
+          '2999 catch-up',
+          '3001',
+          '3002',
+        ]);
         expect(await statusOf(schema, 'job', at(2999))).toEqual(['SUCCEEDED']);
         expect(await statusOf(schema, 'job', at(2998))).toEqual(['MISSED']);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.latest-once-per-outage',
+    "'latest' with the default grace (2 s, longer than a per-second interval): one outage gives one catch-up run, not a second one for the tick that was inside the grace window",
+    () =>
+      withSchema(async (schema, locks) => {
+        // Tick 2,999 is inside the grace window when tick 3,000 catches up: 2,998 is run.
+        expect(await latestAfterOutage(locks, 2000)).toEqual([
+          '0',
+          '3000',
+          '2998 catch-up',
+          '3001',
+          '3002',
+        ]);
+        // Tick 3,000 ran after 2,999: the job is up to date, the hole is only recorded.
+        expect(await statusOf(schema, 'job', at(2999))).toEqual(['MISSED']);
+        expect(await statusOf(schema, 'job', at(2997))).toEqual(['MISSED']);
       }),
     60_000,
   );
@@ -366,6 +455,49 @@ export function schedulerLedgerCases<Tx, Session>(
           expect(ran, mode).toEqual([1, 2, 3]);
           for (const t of [1, 2, 3])
             expect(await statusOf(schema, job, at(t))).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.queue-oldest-first',
+    "overlap 'queue', in transaction and lease mode: a tick fired while older queued ticks are due waits behind them; they run oldest first",
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const ran: number[] = [];
+          const started = gate();
+          const release = gate();
+          const options = { mode, overlap: 'queue', claimTimeoutMs: 200 } as const;
+          const handler = async (run: { readonly tick: Date }) => {
+            ran.push((run.tick.getTime() - BASE) / 1000);
+            if (run.tick.getTime() === at(1).getTime()) {
+              started.open();
+              await release.promise;
+            }
+          };
+          // A runs tick 1. Its clock is behind: when its run ends, nothing queued is due for it yet.
+          const a = node(schema, { owner: 'a', now: handClock(1).now, catchUpGraceMs: 0 });
+          a.register(job, '* * * * * *', handler, options);
+          const b = node(schema, { owner: 'b', now: handClock(4).now, catchUpGraceMs: 0 });
+          b.register(job, '* * * * * *', handler, options);
+          const first = a.runTick(job, at(1));
+          await started.promise;
+          try {
+            await b.runTick(job, at(2)); // queued behind the run of tick 1
+            await b.runTick(job, at(3));
+          } finally {
+            release.open();
+            await first;
+          }
+          // Tick 4 fires while 2 and 3 wait, due: they run first.
+          await b.runTick(job, at(4));
+          await Promise.all([a.stop(), b.stop()]);
+          expect(ran, mode).toEqual([1, 2, 3, 4]);
+          for (const t of [1, 2, 3, 4])
+            expect(await statusOf(schema, job, at(t)), `${mode} tick ${t}`).toEqual(['SUCCEEDED']);
         }
       }),
     30_000,

@@ -241,6 +241,23 @@ export function recordTicksStatement(
 }
 
 /**
+ * Whether a tick of the job after `tick` has run, runs, or waits to run (any row but MISSED and
+ * SKIPPED_OVERLAP). One row (`ran`).
+ */
+export function ranAfterStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  tick: Date,
+): Statement {
+  return {
+    text: `SELECT EXISTS (SELECT 1 FROM ${schema}.runs
+                           WHERE namespace = $1 AND job = $2 AND tick > $3
+                             AND status NOT IN ('MISSED', 'SKIPPED_OVERLAP')) AS ran`,
+    params: [namespace, job, iso(tick)],
+  };
+}
+
+/**
  * Queues a tick that overlaps a running one: PENDING from `now`, unless it has a row already or
  * the job has `limit` PENDING rows. One row when queued.
  */
