@@ -25,6 +25,7 @@ import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
+import { measureJsCost } from './js-cost.js';
 import { measureRenewalLatency } from './lease-renewal.js';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
 import { measureMemory } from './memory.js';
@@ -80,6 +81,8 @@ const { values: flags } = parseArgs({
     scale: { type: 'boolean', default: false },
     // Only the lease renewal latency with 0 and 16 contenders on the same lease.
     'lease-renewal': { type: 'boolean', default: false },
+    // Only lockkit's own JavaScript per decision, over a driver that answers at once.
+    'js-cost': { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -163,6 +166,19 @@ async function pinForOneClient(url: string): Promise<Pinning> {
 }
 
 async function main(): Promise<void> {
+  if (flags['js-cost']) {
+    const rows = await measureJsCost();
+    const builds = Object.keys(rows[0]?.microseconds ?? {});
+    console.log(
+      `\nlockkit's JavaScript per decision, @lockkit/pg over a driver that answers at once (µs, median of 7 rounds × 20,000)\n`,
+    );
+    console.log(`| row | ${builds.join(' | ')} |`);
+    console.log(`|---|${builds.map(() => '---').join('|')}|`);
+    for (const r of rows)
+      console.log(`| ${r.row} | ${builds.map((b) => r.microseconds[b]?.toFixed(2)).join(' | ')} |`);
+    if (flags.json) console.log(JSON.stringify({ jsCost: rows }));
+    return;
+  }
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
   const url = process.env.DATABASE_URL ?? (embedded?.url as string);
   if (flags['lease-renewal']) {
