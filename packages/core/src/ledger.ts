@@ -25,12 +25,12 @@ import {
   finishTickStatement,
   giveBackAbandonedStatement,
   giveBackClaimStatement,
-  giveBackTickStatement,
   heartbeatSchedulesStatement,
   holdersStatement,
   type LedgerScope,
   liveSchedulesStatement,
   nextDueStatement,
+  pendingTicksStatement,
   pruneStatement,
   queueTickStatement,
   type RunRecord,
@@ -53,6 +53,12 @@ export const MAX_CATCH_UP = 1000;
  */
 export const CATCH_UP_WINDOW = 10;
 
+/** The note of a tick given back PENDING after stop() aborted its transaction-mode run. */
+const GIVEN_BACK = 'given back: the scheduler stopped';
+
+/** The note of a tick catch-up chose to run, held PENDING for it until it runs. */
+const HELD_FOR_CATCH_UP = 'held for catch-up';
+
 /** How a registration stays live without a heartbeat (doctor and conflict checks). */
 export const REGISTRATION_LIVE_MS = 180_000;
 
@@ -60,8 +66,11 @@ export const REGISTRATION_LIVE_MS = 180_000;
 export type TickState =
   /** No row: nobody claimed or judged it yet. */
   | { readonly kind: 'free' }
-  /** PENDING and due: a retry, a queued tick or a tick given back, to claim now. */
-  | { readonly kind: 'due' }
+  /**
+   * PENDING and due: a retry, a queued tick, a tick given back or held for catch-up, to claim
+   * now. `catchUp`: catch-up chose it (nobody ran it when it was due).
+   */
+  | { readonly kind: 'due'; readonly catchUp: boolean }
   /** PENDING, not yet due (a retry waiting for its delay). */
   | { readonly kind: 'waiting' }
   /** RUNNING, by a live runner. */
@@ -112,7 +121,10 @@ export class Ledger {
     const [row] = await rowsOf(query, s);
     if (!row) return { kind: 'free' };
     const status = String(row.status);
-    if (status === 'PENDING') return row.due === true ? { kind: 'due' } : { kind: 'waiting' };
+    if (status === 'PENDING')
+      return row.due === true
+        ? { kind: 'due', catchUp: row.error === HELD_FOR_CATCH_UP && Number(row.attempt) === 0 }
+        : { kind: 'waiting' };
     if (status === 'RUNNING')
       return row.runner_gone === true ? { kind: 'runner-gone' } : { kind: 'running' };
     return { kind: 'settled', status };
@@ -175,7 +187,7 @@ export class Ledger {
   ): Promise<void> {
     const s =
       token === null
-        ? giveBackTickStatement(this.scope, job.name, tick, job.hash, now)
+        ? pendingTicksStatement(this.scope, job.name, [tick], job.hash, now, GIVEN_BACK)
         : giveBackClaimStatement(this.scope, job.name, tick, token, now);
     await rowsOf(query, s);
   }
@@ -206,6 +218,23 @@ export class Ledger {
       job.hash,
     );
     return (await rowsOf(query, s)).length > 0;
+  }
+
+  /**
+   * Holds the ticks catch-up chose to run: PENDING and due from `now`, so that nobody judges them
+   * again (as holes, missed or to run) before they run. Those held (others had rows).
+   */
+  async holdForCatchUp(
+    query: QueryFn,
+    job: LedgerJob,
+    ticks: readonly Date[],
+    now: Date,
+  ): Promise<Date[]> {
+    if (ticks.length === 0) return [];
+    const s = pendingTicksStatement(this.scope, job.name, ticks, job.hash, now, HELD_FOR_CATCH_UP);
+    return (await rowsOf(query, s))
+      .map((r) => new Date(r.tick as string))
+      .sort((a, b) => a.getTime() - b.getTime());
   }
 
   /** Records `ticks` MISSED, in one statement: those recorded (others had rows). */

@@ -29,7 +29,7 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import { Ledger, type LedgerJob, type RunRecord, scheduleHash } from './ledger.js';
+import { Ledger, type LedgerJob, type RunRecord, scheduleHash, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -306,6 +306,8 @@ type LeaseClaim =
       readonly lease: ClaimedLease;
       readonly attempt: number;
       readonly catchUp: Date[];
+      /** The claimed tick was held PENDING for catch-up. */
+      readonly heldForCatchUp: boolean;
     };
 
 /** What a node does with a tick whose job another run holds. */
@@ -805,19 +807,23 @@ export class Scheduler<Tx> {
 
   /**
    * With `overlap: 'queue'`, a tick its timer fired while older queued ticks are due waits
-   * behind them (queued PENDING now; whoever runs next takes them oldest first): undefined when
-   * it need not, else what became of it.
+   * behind them (queued PENDING now, or left PENDING if another node queued it meanwhile; whoever
+   * runs next takes them oldest first): undefined when it need not, else what became of it.
    */
   private async queueBehind(
     job: Job<Tx>,
     tick: Date,
     how: TickSource,
+    state: TickState,
     query: QueryFn,
     now: Date,
   ): Promise<HeldDecision | undefined> {
     if (job.overlap !== 'queue' || how !== 'timer') return undefined;
+    if (state.kind !== 'free' && state.kind !== 'due') return undefined;
     const due = await this.ledger.nextDue(query, job, now);
     if (due === undefined || due.getTime() >= tick.getTime()) return undefined;
+    // Queued already (another node queued it while this one waited for the job): it waits there.
+    if (state.kind === 'due') return 'queued';
     return this.ledger.queue(query, job, tick, now, job.queueLimit);
   }
 
@@ -833,7 +839,10 @@ export class Scheduler<Tx> {
    * nobody ran (see {@link Ledger.findHoles}), recorded MISSED per policy; returns those to run.
    */
   private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn): Promise<Date[]> {
-    const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs));
+    // In lease mode with overlap 'skip', a node that fired a tick may still be waiting for an
+    // earlier run's lease, up to claimTimeoutMs, with no row for it yet: not a hole until then.
+    const waitingMs = job.mode === 'lease' && job.overlap === 'skip' ? job.claimTimeoutMs : 0;
+    const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs));
     const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
     if (holes.length === 0) return [];
     let run: Date[] = [];
@@ -853,7 +862,10 @@ export class Scheduler<Tx> {
       holes.filter((t) => !run.includes(t)),
     );
     if (recorded.length > 0) this.emit({ type: 'missed', job: job.name, ticks: recorded });
-    return run;
+    // Held PENDING in the same transaction: a tick judging before they run (this node runs them
+    // after its own) finds them taken, not holes; if this node dies first, they are due for
+    // whoever runs the job next.
+    return this.ledger.holdForCatchUp(query, job, run, new Date(this.now()));
   }
 
   private async runInTransaction(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
@@ -880,10 +892,7 @@ export class Scheduler<Tx> {
               state.kind === 'free' && how === 'timer'
                 ? await this.catchUp(job, tick, ctx.query)
                 : [];
-            const behind =
-              state.kind === 'free'
-                ? await this.queueBehind(job, tick, how, ctx.query, now)
-                : undefined;
+            const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             if (behind !== undefined) return { kind: 'behind' as const, decision: behind, catchUp };
             const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
             if (attempt === undefined) return { kind: 'done' as const, catchUp };
@@ -903,7 +912,7 @@ export class Scheduler<Tx> {
                 tick,
                 attempt,
                 lateMs: this.lateMs(tick),
-                catchUp: how === 'catch-up',
+                catchUp: how === 'catch-up' || (state.kind === 'due' && state.catchUp),
                 signal: this.runSignal(job, ctx.signal),
               });
             } catch (error) {
@@ -1021,10 +1030,7 @@ export class Scheduler<Tx> {
               return { kind: 'done' as const };
             const judge = () =>
               state.kind === 'free' && how === 'timer' ? this.catchUp(job, tick, ctx.query) : [];
-            const behind =
-              state.kind === 'free'
-                ? await this.queueBehind(job, tick, how, ctx.query, now)
-                : undefined;
+            const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             if (behind !== undefined)
               return { kind: 'behind' as const, decision: behind, catchUp: await judge() };
             const lease = await claimLease(
@@ -1051,7 +1057,8 @@ export class Scheduler<Tx> {
             const attempt = await this.ledger.claim(ctx.query, job, tick, lease.token, now);
             if (attempt === undefined)
               throw new LockkitError('LEASE_LOST', 'tick claimed concurrently'); // cannot happen under the lock
-            return { kind: 'claimed' as const, lease, attempt, catchUp };
+            const heldForCatchUp = state.kind === 'due' && state.catchUp;
+            return { kind: 'claimed' as const, lease, attempt, catchUp, heldForCatchUp };
           },
           {
             wait: true,
@@ -1104,7 +1111,7 @@ export class Scheduler<Tx> {
               tick,
               attempt,
               lateMs: this.lateMs(tick),
-              catchUp: how === 'catch-up',
+              catchUp: how === 'catch-up' || c.heldForCatchUp,
               signal: this.runSignal(job, context.signal),
             }),
           {

@@ -66,6 +66,17 @@ export function schedulerLedgerCases<Tx, Session>(
         )[0]?.gone === true,
       10_000,
     );
+  /** Waits (up to 10 s) until some session waits for an advisory lock. */
+  const someoneWaits = () =>
+    fixture().observer.until(
+      async () =>
+        (
+          await fixture().observer.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
+          )
+        )[0]?.n === 1,
+      10_000,
+    );
   const node = (
     schema: string,
     options: SchedulerOptions,
@@ -461,6 +472,82 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.latest-catch-up-held',
+    "'latest', in transaction and lease mode: the hole catch-up chose is held for it in the ledger, so the next tick, judging while the first still runs, neither records it missed nor runs it again: one catch-up run",
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const ran: string[] = [];
+          const started = gate();
+          const release = gate();
+          const handler = async (run: { readonly tick: Date; readonly catchUp: boolean }) => {
+            const second = (run.tick.getTime() - BASE) / 1000;
+            ran.push(`${second}${run.catchUp ? ' catch-up' : ''}`);
+            if (second === 10) {
+              started.open();
+              await release.promise;
+            }
+          };
+          // Transaction mode: B waits for the job's lock. Lease mode: B judges tick 11 at once
+          // (and catch-up judges ticks up to a claimTimeoutMs old).
+          const claimTimeoutMs = mode === 'lease' ? 1 : 20_000;
+          const options = { mode, catchUp: 'latest', claimTimeoutMs } as const;
+          const clockA = handClock(0);
+          const a = node(schema, { owner: 'a', now: clockA.now, catchUpGraceMs: 0 });
+          a.register(job, '* * * * * *', handler, options);
+          const b = node(schema, { owner: 'b', now: handClock(11).now, catchUpGraceMs: 0 });
+          b.register(job, '* * * * * *', handler, options);
+          await a.runTick(job, at(0));
+          clockA.set(10); // back after an outage: catch-up picks 9 and A runs 10 first
+          const aRun = a.runTick(job, at(10));
+          await started.promise;
+          let bRun: Promise<void> | undefined;
+          try {
+            bRun = b.runTick(job, at(11));
+            // Transaction mode: B waits for the job's lock, and judges once A's run of 10 commits.
+            if (mode === 'transaction') expect(await someoneWaits(), mode).toBe(true);
+            else await bRun;
+          } finally {
+            release.open();
+            await aRun;
+            await bRun;
+          }
+          await Promise.all([a.stop(), b.stop()]);
+          expect(
+            ran.filter((r) => r.endsWith('catch-up')),
+            mode,
+          ).toEqual(['9 catch-up']);
+          expect(await statusOf(schema, job, at(9)), mode).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-waiting-tick-not-judged',
+    'lease mode: catch-up leaves alone the ticks a node may still be waiting to run (newer than claimTimeoutMs plus the grace); a later tick judges them',
+    () =>
+      withSchema(async (schema, locks) => {
+        const clock = handClock(0);
+        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        s.register('job', '* * * * * *', () => {}, { mode: 'lease', claimTimeoutMs: 5000 });
+        await s.runTick('job', at(0));
+        clock.set(3);
+        await s.runTick('job', at(3)); // ticks 1 and 2 may still be waiting on other nodes
+        expect(await statusOf(schema, 'job', at(1))).toEqual([]);
+        expect(await statusOf(schema, 'job', at(2))).toEqual([]);
+        clock.set(9);
+        await s.runTick('job', at(9));
+        expect(await statusOf(schema, 'job', at(1))).toEqual(['MISSED']);
+        expect(await statusOf(schema, 'job', at(2))).toEqual(['MISSED']);
+        expect(await statusOf(schema, 'job', at(4))).toEqual(['MISSED']);
+        expect(await statusOf(schema, 'job', at(5))).toEqual([]); // still within 5 s of tick 9
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.queue-oldest-first',
     "overlap 'queue', in transaction and lease mode: a tick fired while older queued ticks are due waits behind them; they run oldest first",
     () =>
@@ -499,6 +586,49 @@ export function schedulerLedgerCases<Tx, Session>(
           for (const t of [1, 2, 3, 4])
             expect(await statusOf(schema, job, at(t)), `${mode} tick ${t}`).toEqual(['SUCCEEDED']);
         }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.queue-due-tick-waits-its-turn',
+    "overlap 'queue': a node that was waiting for the job's lock to fire a tick, and finds it queued by another node meanwhile, runs the older queued ticks first",
+    () =>
+      withSchema(async (schema) => {
+        const job = 'job';
+        const ran: number[] = [];
+        const started = gate();
+        const release = gate();
+        const handler = async (run: { readonly tick: Date }) => {
+          ran.push((run.tick.getTime() - BASE) / 1000);
+          if (run.tick.getTime() === at(1).getTime()) {
+            started.open();
+            await release.promise;
+          }
+        };
+        const options = { overlap: 'queue', claimTimeoutMs: 200 } as const;
+        // R runs tick 1; its clock is behind, so when its run ends nothing queued is due for it.
+        const r = node(schema, { owner: 'r', now: handClock(1).now, catchUpGraceMs: 0 });
+        r.register(job, '* * * * * *', handler, options);
+        const q = node(schema, { owner: 'q', now: handClock(3).now, catchUpGraceMs: 0 });
+        q.register(job, '* * * * * *', handler, options);
+        const d = node(schema, { owner: 'd', now: handClock(3).now, catchUpGraceMs: 0 });
+        d.register(job, '* * * * * *', handler, { ...options, claimTimeoutMs: 20_000 });
+        const first = r.runTick(job, at(1));
+        await started.promise;
+        let late: Promise<void> | undefined;
+        try {
+          await q.runTick(job, at(2)); // queued behind the run of tick 1
+          late = d.runTick(job, at(3)); // D waits for the job's lock to fire tick 3
+          expect(await someoneWaits()).toBe(true);
+          await q.runTick(job, at(3)); // meanwhile Q queues tick 3 behind tick 2
+        } finally {
+          release.open();
+          await first;
+          await late; // D finds tick 3 queued and due: tick 2 is older
+        }
+        await Promise.all([r.stop(), q.stop(), d.stop()]);
+        expect(ran).toEqual([1, 2, 3]);
       }),
     30_000,
   );

@@ -33,7 +33,7 @@ export function tickStateStatement(
   now: Date,
 ): Statement {
   return {
-    text: `SELECT r.status, r.attempt, r.token::text AS token,
+    text: `SELECT r.status, r.attempt, r.token::text AS token, r.error,
                   (r.status = 'PENDING' AND r.retry_at <= $4) AS due,
                   (r.status = 'RUNNING' AND r.token IS NOT NULL AND NOT EXISTS (
                      SELECT 1 FROM ${schema}.leases l
@@ -179,22 +179,24 @@ export function giveBackClaimStatement(
 }
 
 /**
- * Gives a transaction-mode run's tick back after its transaction rolled back (stop() aborted it):
- * PENDING from `now` with no attempt counted, unless the tick has a row already (a retry's PENDING
- * row survives the rollback as it was). One row when given back.
+ * Records `ticks` PENDING from `now` (attempt 0, `note` in `error`), each unless it has a row: a
+ * tick given back, or held for catch-up. One statement for any number of ticks; the rows
+ * recorded (`tick`).
  */
-export function giveBackTickStatement(
+export function pendingTicksStatement(
   { schema, namespace }: LedgerScope,
   job: string,
-  tick: Date,
+  ticks: readonly Date[],
   hash: string,
   now: Date,
+  note: string,
 ): Statement {
   return {
     text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
-           VALUES ($1, $2, $3, 'PENDING', 0, $5, $4, 'given back: the scheduler stopped')
+           SELECT $1::text, $2::text, t::timestamptz, 'PENDING', 0, $4::timestamptz, $5::text, $6::text
+             FROM json_array_elements_text($3::text::json) AS t
            ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
-    params: [namespace, job, iso(tick), hash, iso(now)],
+    params: [namespace, job, JSON.stringify(ticks.map(iso)), iso(now), hash, note],
   };
 }
 
