@@ -827,6 +827,11 @@ export class Scheduler<Tx> {
     return this.ledger.queue(query, job, tick, now, job.queueLimit);
   }
 
+  /** Reports the ticks a committed catch-up recorded MISSED. */
+  private reportMissed(job: Job<Tx>, missed: readonly Date[]): void {
+    if (missed.length > 0) this.emit({ type: 'missed', job: job.name, ticks: missed });
+  }
+
   /** Reports what became of an overlapping tick. */
   private reportHeld(job: Job<Tx>, tick: Date, decision: HeldDecision): void {
     if (decision === 'skipped') this.emit({ type: 'skipped-held', job: job.name, tick });
@@ -836,12 +841,15 @@ export class Scheduler<Tx> {
 
   /**
    * Inside the job's lock: the ticks of the job's current schedule up to the grace horizon that
-   * nobody ran (see {@link Ledger.findHoles}), recorded MISSED per policy; returns those to run.
+   * nobody ran (see {@link Ledger.findHoles}), recorded MISSED per policy (added to `missed`, to
+   * report once the transaction commits); returns those to run, held for them.
    */
-  private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn): Promise<Date[]> {
-    // In lease mode with overlap 'skip', a node that fired a tick may still be waiting for an
-    // earlier run's lease, up to claimTimeoutMs, with no row for it yet: not a hole until then.
-    const waitingMs = job.mode === 'lease' && job.overlap === 'skip' ? job.claimTimeoutMs : 0;
+  private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn, missed: Date[]): Promise<Date[]> {
+    // In lease mode with overlap 'skip', a node that fired a tick (up to jitterMs late) may still
+    // be waiting for an earlier run's lease, up to claimTimeoutMs, with no row for it yet: not a
+    // hole until then.
+    const waitingMs =
+      job.mode === 'lease' && job.overlap === 'skip' ? job.jitterMs + job.claimTimeoutMs : 0;
     const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs));
     const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
     if (holes.length === 0) return [];
@@ -861,7 +869,7 @@ export class Scheduler<Tx> {
       job,
       holes.filter((t) => !run.includes(t)),
     );
-    if (recorded.length > 0) this.emit({ type: 'missed', job: job.name, ticks: recorded });
+    missed.push(...recorded);
     // Held PENDING in the same transaction: a tick judging before they run (this node runs them
     // after its own) finds them taken, not holes; if this node dies first, they are due for
     // whoever runs the job next.
@@ -872,6 +880,8 @@ export class Scheduler<Tx> {
     const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
     const handlerTimeout = job.timeoutMs ?? this.locks.statementTimeoutMs;
     for (;;) {
+      // Ticks catch-up recorded MISSED: reported once (if) the transaction commits.
+      const missed: Date[] = [];
       const started = performance.now();
       let claimed = false;
       let outcome:
@@ -888,11 +898,12 @@ export class Scheduler<Tx> {
             const state = await this.ledger.state(ctx.query, job, tick, now);
             if (state.kind !== 'free' && state.kind !== 'due')
               return { kind: 'done' as const, catchUp: [] };
+            // Before catch-up: the ticks catch-up holds for itself are not a queue to wait behind.
+            const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             const catchUp =
               state.kind === 'free' && how === 'timer'
-                ? await this.catchUp(job, tick, ctx.query)
+                ? await this.catchUp(job, tick, ctx.query, missed)
                 : [];
-            const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             if (behind !== undefined) return { kind: 'behind' as const, decision: behind, catchUp };
             const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
             if (attempt === undefined) return { kind: 'done' as const, catchUp };
@@ -962,6 +973,7 @@ export class Scheduler<Tx> {
         );
         if (!r.executed) return NOTHING;
         outcome = r.result;
+        this.reportMissed(job, missed);
       } catch (error) {
         if (error instanceof LockTimeoutError && !this.stopping.signal.aborted) {
           const decision = await this.whenHeld(job, tick);
@@ -1018,6 +1030,7 @@ export class Scheduler<Tx> {
     const waitUntil = performance.now() + job.claimTimeoutMs;
     let pauseMs: number = LEASE_POLL_MS[0];
     for (;;) {
+      const missed: Date[] = [];
       const started = performance.now();
       let claim: JobResult<LeaseClaim>;
       try {
@@ -1029,7 +1042,9 @@ export class Scheduler<Tx> {
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
               return { kind: 'done' as const };
             const judge = () =>
-              state.kind === 'free' && how === 'timer' ? this.catchUp(job, tick, ctx.query) : [];
+              state.kind === 'free' && how === 'timer'
+                ? this.catchUp(job, tick, ctx.query, missed)
+                : [];
             const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             if (behind !== undefined)
               return { kind: 'behind' as const, decision: behind, catchUp: await judge() };
@@ -1076,6 +1091,7 @@ export class Scheduler<Tx> {
         throw error;
       }
       if (!claim.executed) return NOTHING;
+      this.reportMissed(job, missed);
       const c = claim.result;
       if (c.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });

@@ -548,6 +548,109 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.catch-up-not-a-queue',
+    "overlap 'queue' with catch-up, in transaction and lease mode: the ticks catch-up holds for itself neither fill the queue nor make the fresh tick wait behind them: it runs, then they do",
+    () =>
+      withSchema(async (schema, locks) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clock = handClock(0);
+          const ran: string[] = [];
+          const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+          s.register(
+            job,
+            '* * * * * *',
+            (run) => {
+              ran.push(`${(run.tick.getTime() - BASE) / 1000}${run.catchUp ? ' catch-up' : ''}`);
+            },
+            {
+              mode,
+              overlap: 'queue',
+              queueLimit: 1,
+              catchUp: { withinMs: 3000 },
+              claimTimeoutMs: 1,
+            },
+          );
+          await s.runTick(job, at(0));
+          clock.set(10);
+          await s.runTick(job, at(10)); // holes 1–9: 7, 8 and 9 are caught up, 1–6 missed
+          await s.stop();
+          expect(ran, mode).toEqual(['0', '10', '7 catch-up', '8 catch-up', '9 catch-up']);
+          expect(await statusOf(schema, job, at(10)), mode).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-jittered-tick-not-judged',
+    'lease mode: a tick fired up to jitterMs late may still be waiting for the lease claimTimeoutMs after that: catch-up leaves it alone that long',
+    () =>
+      withSchema(async (schema, locks) => {
+        const clock = handClock(0);
+        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        s.register('job', '*/10 * * * * *', () => {}, {
+          mode: 'lease',
+          claimTimeoutMs: 8000,
+          jitterMs: 4000,
+        });
+        await s.runTick('job', at(0));
+        clock.set(20);
+        // Tick 10 may have fired at 14 and wait for a lease until 22: not judged yet.
+        await s.runTick('job', at(20));
+        expect(await statusOf(schema, 'job', at(10))).toEqual([]);
+        clock.set(30);
+        await s.runTick('job', at(30));
+        expect(await statusOf(schema, 'job', at(10))).toEqual(['MISSED']);
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.missed-reported-when-committed',
+    "catch-up's 'missed' event names only ticks whose MISSED rows committed: a run stop() rolls back reports none, and the node after it reports them once",
+    () =>
+      withSchema(async (schema) => {
+        const clock = handClock(0);
+        const started = gate();
+        const missed: number[][] = [];
+        const onMissed = (e: SchedulerEvent) => {
+          if (e.type === 'missed') missed.push(e.ticks.map((t) => (t.getTime() - BASE) / 1000));
+        };
+        const handler = async (run: { readonly tick: Date; readonly signal: AbortSignal }) => {
+          if (run.tick.getTime() !== at(10).getTime()) return;
+          started.open();
+          await aborted(run.signal, 20_000);
+          throw new Error('stopped');
+        };
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        a.register('job', '* * * * * *', handler);
+        a.on('missed', onMissed);
+        await a.runTick('job', at(0));
+        clock.set(10);
+        const aRun = a.runTick('job', at(10));
+        await started.promise;
+        await a.stop(); // the run rolls back, its catch-up records with it; tick 10 is given back
+        await aRun;
+        expect(missed, 'nothing A reported committed').toEqual([]);
+        expect(await statusOf(schema, 'job', at(5))).toEqual([]);
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 });
+        const ranB: number[] = [];
+        b.register('job', '* * * * * *', (run) => {
+          ranB.push((run.tick.getTime() - BASE) / 1000);
+        });
+        b.on('missed', onMissed);
+        clock.set(11);
+        await b.runTick('job', at(11));
+        await b.stop();
+        expect(missed).toEqual([[1, 2, 3, 4, 5, 6, 7, 8, 9]]);
+        expect(await statusOf(schema, 'job', at(5))).toEqual(['MISSED']);
+        expect(ranB, 'B runs its tick, then the one A gave back').toEqual([11, 10]);
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.queue-oldest-first',
     "overlap 'queue', in transaction and lease mode: a tick fired while older queued ticks are due waits behind them; they run oldest first",
     () =>
