@@ -38,7 +38,9 @@ export type LockkitErrorCode =
   | 'COMMIT_OUTCOME_UNKNOWN'
   | 'CALLER_TRANSACTION_OPEN'
   | 'NESTED_CALL'
-  | 'ABORTED';
+  | 'ABORTED'
+  | 'NOT_PRIMARY'
+  | 'ENGINE_LOCKS_NOT_REAL';
 
 /** The brand that {@link isLockkitError} checks; `Symbol.for` so it is shared by every copy of the package. */
 const LOCKKIT_ERROR_BRAND: unique symbol = Symbol.for('lockkit.error') as never;
@@ -267,6 +269,59 @@ export class CommitOutcomeUnknownError extends LockkitError {
   constructor(message: string, options: LockkitErrorOptions = {}) {
     super('COMMIT_OUTCOME_UNKNOWN', message, options);
     this.name = 'CommitOutcomeUnknownError';
+  }
+}
+
+/**
+ * The server that would have granted the lock (or recorded the claim) is not a writable primary:
+ * it is a hot standby in recovery, or it refused the write as read-only. Advisory locks on a
+ * standby are real only on that server, so every instance reaching a replica would "win" at
+ * once. Nothing ran. Point lockkit at the primary (a writer endpoint, not a reader endpoint),
+ * and make sure no router sends lockkit's statements to a replica.
+ */
+export class NotPrimaryError extends LockkitError {
+  declare readonly code: 'NOT_PRIMARY';
+  /**
+   * How it was found: `'in-recovery'` (the statement that took the lock saw
+   * `pg_is_in_recovery()` true) or `'read-only'` (the server refused a write, SQLSTATE 25006).
+   */
+  readonly reason: 'in-recovery' | 'read-only';
+
+  constructor(
+    message: string,
+    reason: 'in-recovery' | 'read-only',
+    options: LockkitErrorOptions = {},
+  ) {
+    super('NOT_PRIMARY', message, options);
+    this.name = 'NotPrimaryError';
+    this.reason = reason;
+  }
+}
+
+/**
+ * The engine behind the connection answered an advisory-lock call without holding a lock: the
+ * self-test lockkit runs on first use found that a second session could not see the lock in
+ * `pg_locks`, or could take it too. A stub function, a Postgres-compatible engine that silently
+ * ignores advisory locks, or a router that splits sessions would give every caller the lock at
+ * once. `found` says what the self-test saw; `server` identifies the server (its version string).
+ */
+export class EngineLocksNotRealError extends LockkitError {
+  declare readonly code: 'ENGINE_LOCKS_NOT_REAL';
+  /** What the self-test observed, in words. */
+  readonly found: string;
+  /** The server's `version()` string, when it could be read. */
+  readonly server: string | undefined;
+
+  constructor(
+    message: string,
+    found: string,
+    server: string | undefined,
+    options: LockkitErrorOptions = {},
+  ) {
+    super('ENGINE_LOCKS_NOT_REAL', message, options);
+    this.name = 'EngineLocksNotRealError';
+    this.found = found;
+    this.server = server;
   }
 }
 
