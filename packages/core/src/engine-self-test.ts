@@ -8,9 +8,10 @@
  *
  * The test: session A (a transaction) takes a fresh random key, in both key spaces; while it holds
  * them, session B (a second concurrent transaction on the same executor) must see them in
- * `pg_locks` granted to A's backend, and must be refused them. Both then roll back, so nothing is
- * left behind. It costs two statements, each pipelined with its BEGIN where the executor can, and
- * the two rollbacks (about three round trips; B may also open a new pooled connection).
+ * `pg_locks` granted to A's backend, and must be refused them. Both then roll back together, so
+ * nothing is left behind. It costs two statements, each pipelined with its BEGIN where the
+ * executor can, and the two rollbacks: four round trips, three one after the other (B may also
+ * open a new pooled connection).
  *
  * With one connection only (a single client, a pool of one, or a pool so busy that B gets no
  * connection within {@link SECOND_SESSION_BUDGET_MS}), B cannot run while A is open: A then checks
@@ -188,10 +189,14 @@ export async function runEngineSelfTest(
     if (!executor.singleConnection) {
       // Started here, outside A's callback: a call from inside it would be a nested call.
       let abandoned = false;
+      const seen = deferred<Row>();
       const second = rolledBack(
         executor,
         selfTestSecondSessionStatement(keys, Number(holder.pid)),
-        async (_ctx, rows) => (abandoned ? undefined : rows[0]),
+        async (_ctx, rows) => {
+          // Reported before B's rollback, so that both sessions end at the same time.
+          if (!abandoned) seen.resolve(rows[0] ?? {});
+        },
       );
       b = second.catch(() => {});
       let timer: NodeJS.Timeout | undefined;
@@ -199,14 +204,15 @@ export async function runEngineSelfTest(
         timer = setTimeout(() => resolve({ late: true }), secondSessionBudgetMs);
       });
       const outcome = await Promise.race([
+        seen.promise.then((row) => ({ row })),
         second.then(
-          (row) => ({ row }),
+          () => ({ error: new Error('the second session ended without its row') }),
           (error: unknown) => ({ error }),
         ),
         late,
       ]);
       clearTimeout(timer);
-      if ('row' in outcome && outcome.row !== undefined) {
+      if ('row' in outcome) {
         next.resolve(undefined);
         await a;
         const verdict = judgeTwoSessions(holder, outcome.row);
