@@ -18,7 +18,7 @@ Commands:
   runs                  scheduled jobs: last runs, failures, missed ticks, recent ledger rows
   key <namespace> <job> the two int4 keys of a job, where it shows in pg_locks, SQL to take it by hand
   migrate               create or upgrade lockkit's tables (safe from many places at once)
-  doctor                check the server: standby, pooler, timeouts, keepalives, lock table, clock
+  doctor                check the server: identity, real locks, standby, pooler, timeouts, keepalives, lock table, clock
   watch                 the locks view, refreshed (--interval ms, default 1000)
   dashboard             a live web page of locks, leases and runs (--port 4680, --host 127.0.0.1, --token)
 

@@ -145,6 +145,44 @@ describe('lockkit doctor', () => {
     expect(checks.find((c) => c.id === 'standby')).toMatchObject({ level: 'ok' });
     expect(checks.find((c) => c.id === 'pooler')).toMatchObject({ level: 'ok' });
     expect(checks.find((c) => c.id === 'clock')).toMatchObject({ level: 'ok' });
+    // Who the server is, and that its advisory locks are real (two sessions on doctor's pool).
+    expect(checks.find((c) => c.id === 'server')).toMatchObject({
+      level: 'ok',
+      message: expect.stringMatching(
+        /^PostgreSQL \d+.*; system identifier \d+; timeline \d+ \(as of the last checkpoint\)\.$/,
+      ),
+    });
+    expect(checks.find((c) => c.id === 'engine-self-test')).toMatchObject({
+      level: 'ok',
+      message: expect.stringMatching(/^Advisory locks are real: a second session/),
+    });
+    const human = run(['doctor', '--url', testDatabaseBaseUrl()]);
+    expect(human.stdout).toMatch(
+      / ok\s+server\s+PostgreSQL \d+.*system identifier \d+; timeline \d+/,
+    );
+  });
+
+  it('fails on stub advisory-lock functions that lock nothing, naming what it saw', async () => {
+    // Stubs ahead of pg_catalog on the search_path: the unqualified names resolve to them.
+    const schema = `lockkit_stub_${Math.random().toString(36).slice(2, 10)}`;
+    const admin = new pg.Client({ connectionString: testDatabaseBaseUrl() });
+    await admin.connect();
+    cleanups.push(async () => {
+      await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await admin.end();
+    });
+    await admin.query(`CREATE SCHEMA ${schema}`);
+    for (const args of ['int4, int4', 'int8'])
+      await admin.query(
+        `CREATE FUNCTION ${schema}.pg_try_advisory_xact_lock(${args}) RETURNS boolean LANGUAGE sql AS 'SELECT true'`,
+      );
+    const url = new URL(testDatabaseBaseUrl());
+    url.searchParams.set('options', `-c search_path=${schema},pg_catalog`);
+    const r = run(['doctor', '--url', url.toString()]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toMatch(
+      /FAIL\s+engine-self-test\s+Advisory locks are not real on this server: a second session took the same lock; the lock is not in pg_locks/,
+    );
   });
 
   it('fails on a standby, saying to use the primary', async () => {

@@ -105,7 +105,11 @@ export type ConformanceCaseId =
   | 'truth.pool-of-one-abort'
   | 'truth.pool-of-one-nested'
   | 'truth.caller-transaction-open'
-  | 'truth.commit-failure-is-typed';
+  | 'truth.commit-failure-is-typed'
+  | 'engine.real-server-passes'
+  | 'engine.first-calls-share-one-test'
+  | 'engine.stub-refused'
+  | 'engine.stub-refused-on-one-connection';
 
 /**
  * An adapter over ONE connection that the caller also uses directly (a `pg.Client`): the caller

@@ -19,6 +19,7 @@
  */
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
+import { engineSelfTestCases } from './cases/engine-self-test.js';
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
 import { pipeliningCases } from './cases/pipelining.js';
@@ -57,7 +58,8 @@ export type ConformanceGroup =
   | 'robustness'
   | 'truth'
   | 'leases'
-  | 'scheduler';
+  | 'scheduler'
+  | 'engine';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -102,6 +104,7 @@ export function runConformance<Tx, Session>(
       'truth',
       'leases',
       'scheduler',
+      'engine',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -155,6 +158,7 @@ export function runConformance<Tx, Session>(
     group('leases', undefined, leaseCases);
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
+    group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
@@ -175,6 +179,7 @@ export function runConformance<Tx, Session>(
         ['robustness', robustnessCases],
         ['leases', leaseCases],
         ['scheduler', allSchedulerCases],
+        ['engine', engineCasesThroughBouncer],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -217,7 +222,16 @@ function cases<Tx, Session>(
   robustnessCases(adapter, fixture);
   leaseCases(adapter, fixture);
   allSchedulerCases(adapter, fixture);
+  engineCasesThroughBouncer(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
+}
+
+/** The engine group through PgBouncer: without the stub cases (PgBouncer refuses their `options`). */
+function engineCasesThroughBouncer<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+): void {
+  engineSelfTestCases(adapter, fixture, 'pgbouncer');
 }
 
 /** The scheduler group: its behaviour cases, its timing cases, then its ledger-protocol cases. */

@@ -1,9 +1,11 @@
 /**
- * Checks that explain what will go wrong before it does: a standby, a transaction pooler, timeouts
- * that cut long transactions, a lock table near full, a clock far from the database's.
+ * Checks that explain what will go wrong before it does: which server this is, whether its advisory
+ * locks are real (the engine self-test), a standby, a transaction pooler, timeouts that cut long
+ * transactions, a lock table near full, a clock far from the database's.
  *
  * @packageDocumentation
  */
+import { type EngineSelfTestResult, runEngineSelfTest } from './engine-self-test.js';
 import { assertLockExecutor, type LockExecutor } from './executor.js';
 import { REGISTRATION_LIVE_MS } from './ledger.js';
 import { DEFAULT_SCHEMA } from './migrate.js';
@@ -11,10 +13,13 @@ import { type PoolerVerdict, pinningOf } from './session-pinning.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { LOCK_TABLE_CAPACITY, SERVER_FACTS } from './sql/inspect.js';
 import { conflictingSchedulesStatement, SCHEDULES_TABLE_PRESENT } from './sql/scheduler.js';
+import { SERVER_IDENTITY, SERVER_VERSION } from './sql/self-test.js';
 
 /** One check's outcome. */
 export interface DoctorCheck {
   readonly id:
+    | 'server'
+    | 'engine-self-test'
     | 'standby'
     | 'pooler'
     | 'idle-in-transaction-timeout'
@@ -143,6 +148,57 @@ function keepaliveCheck(effective: unknown, configured: unknown): DoctorCheck {
 }
 
 /**
+ * Who the server is: `version()`, the cluster's `system_identifier` (the same on a primary and its
+ * physical standbys, different on any other cluster) and the timeline of its last checkpoint (it
+ * goes up at each promotion, once the next checkpoint has run). What this user may not read is
+ * reported as unknown; an engine without the control functions gets its version only.
+ */
+async function serverCheck(executor: LockExecutor): Promise<DoctorCheck> {
+  let row: Record<string, unknown>;
+  try {
+    row = await executor.transaction(async ({ query }) => (await query(SERVER_IDENTITY))[0] ?? {});
+  } catch {
+    row = await executor.transaction(async ({ query }) => (await query(SERVER_VERSION))[0] ?? {});
+  }
+  const known = (value: unknown, why: string) =>
+    value === null || value === undefined ? `unknown (${why})` : String(value);
+  return {
+    id: 'server',
+    level: 'ok',
+    message: `${String(row.version ?? 'unknown version')}; system identifier ${known(row.system_identifier, 'pg_control_system() not readable by this user')}; timeline ${known(row.timeline, 'pg_control_checkpoint() not readable by this user')} (as of the last checkpoint).`,
+  };
+}
+
+/** The engine self-test lock clients run on first use, as a check: FAIL names what it saw. */
+async function engineCheck(executor: LockExecutor): Promise<DoctorCheck> {
+  const id = 'engine-self-test';
+  let result: EngineSelfTestResult;
+  try {
+    result = await runEngineSelfTest(executor);
+  } catch (error) {
+    return {
+      id,
+      level: 'warn',
+      message: `The engine self-test could not run (${error instanceof Error ? error.message : String(error)}): lock clients will try it again on their first lock.`,
+    };
+  }
+  if (!result.real)
+    return {
+      id,
+      level: 'fail',
+      message: `Advisory locks are not real on this server: ${result.found}. Every caller would get every lock at once; lock clients refuse it with ENGINE_LOCKS_NOT_REAL.`,
+    };
+  return {
+    id,
+    level: result.method === 'two-sessions' ? 'ok' : 'warn',
+    message:
+      result.method === 'two-sessions'
+        ? `Advisory locks are real: ${result.found} (${Math.round(result.elapsedMs)} ms).`
+        : `Advisory locks are held, but only one session could be checked: ${result.found}. A router that splits sessions would not show here; run doctor with a pool of two connections or more.`,
+  };
+}
+
+/**
  * Runs every check against the server behind `executor`. Never throws for a failed check; each
  * outcome says what it found and what to do.
  */
@@ -158,7 +214,7 @@ export async function doctor(
     (await query(LOCK_TABLE_CAPACITY))[0] ?? {},
   ]);
   const receivedAt = now();
-  const checks: DoctorCheck[] = [];
+  const checks: DoctorCheck[] = [await serverCheck(executor), await engineCheck(executor)];
   checks.push(
     facts.standby === true
       ? {

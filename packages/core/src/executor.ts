@@ -119,6 +119,13 @@ export interface LockExecutor<Tx = unknown, Session = unknown> {
   readonly transactionPooler?: boolean;
 
   /**
+   * True when the executor has one connection only (a single client, a pool of one): two of its
+   * transactions can never be open at once. The engine self-test then checks on one session
+   * instead of waiting for a second that cannot come. Leave it unset when unknown.
+   */
+  readonly singleConnection?: boolean;
+
+  /**
    * True when the executor reads COMMIT's answer and rejects with `CommitRolledBackError` when it
    * says ROLLBACK (the transaction had failed). Executors that cannot see the command tag leave it
    * unset: core then checks, with one cheap statement just before COMMIT, that the transaction is

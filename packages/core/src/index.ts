@@ -6,6 +6,7 @@ export {
   systemClock,
 } from './clock.js';
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
+export type { EngineSelfTestResult } from './engine-self-test.js';
 export {
   CommitOutcomeUnknownError,
   CommitRolledBackError,

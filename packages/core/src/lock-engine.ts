@@ -5,6 +5,7 @@
  *
  * @packageDocumentation
  */
+import type { EngineTrust } from './engine-self-test.js';
 import { ConnectionLostError, LockkitError, TransactionExpiredError } from './errors.js';
 import type { emitter } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
@@ -38,6 +39,8 @@ export interface LockEngine<Tx, Session> {
   readonly pinning: SessionPinning;
   /** Set once a transaction pooler has been detected under this executor. */
   poolerDetected: boolean;
+  /** Whether the server's advisory locks are real: the engine self-test, run on first use. */
+  readonly trust: EngineTrust;
 }
 
 export const SKIPPED: JobResult<never> = Object.freeze({ executed: false });

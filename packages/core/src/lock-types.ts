@@ -3,6 +3,7 @@
  *
  * @packageDocumentation
  */
+import type { EngineSelfTestResult } from './engine-self-test.js';
 import type { LockkitEventListener } from './events.js';
 import type { LockExecutor, QueryFn } from './executor.js';
 import type { LockKey } from './keys.js';
@@ -92,6 +93,20 @@ export interface LockClient<Tx, Session> extends LeaseOperations<Tx> {
   migrate(): Promise<MigrationResult>;
 
   /**
+   * Runs the engine self-test now, once for this client (lock calls run it themselves on first
+   * use; call this to fail at start-up instead, or with `engineSelfTest: false`): a first session
+   * takes an advisory lock, a second must see it in `pg_locks` and be refused it. Resolves with
+   * what it saw; rejects with `EngineLocksNotRealError` when the server's locks are not real
+   * (every later lock call of this client is then refused too).
+   *
+   * @example
+   * ```ts
+   * const { method, server } = await locks.verifyEngine(); // 'two-sessions', 'PostgreSQL 18.1 …'
+   * ```
+   */
+  verifyEngine(): Promise<EngineSelfTestResult>;
+
+  /**
    * Runs `task` on exactly one of the callers that race for `(namespace, jobKey)`.
    *
    * Inside one transaction it takes `pg_try_advisory_xact_lock(key1, key2)`
@@ -169,4 +184,15 @@ export interface LockClientOptions {
    * 2 round trips. Default `false`.
    */
   readonly oneRoundTripSkip?: boolean;
+  /**
+   * Before the first lock call of this client is trusted, check once that the server's advisory
+   * locks are real (a second session must see the lock in `pg_locks` and be refused it), and
+   * refuse every lock call with `EngineLocksNotRealError` when they are not: a stub function, an
+   * engine that answers `true` without locking, or a router that splits sessions would otherwise
+   * let every caller run. It costs the first call about three round trips (two statements and
+   * their rollbacks; a second pooled connection if none is open yet). Turn it off (`false`) only
+   * for a server you know is a real PostgreSQL and a start-up that cannot spare those round
+   * trips; {@link LockClient.verifyEngine} still runs it on demand. Default `true`.
+   */
+  readonly engineSelfTest?: boolean;
 }

@@ -6,6 +6,7 @@
  *
  * @packageDocumentation
  */
+import { EngineTrust } from './engine-self-test.js';
 import { LockkitError } from './errors.js';
 import { emitter } from './events.js';
 import { assertLockExecutor, type LockExecutor } from './executor.js';
@@ -52,6 +53,8 @@ export function createLockClient<Tx, Session>(
   assertLockExecutor(executor);
   if (options.oneRoundTripSkip !== undefined && typeof options.oneRoundTripSkip !== 'boolean')
     throw new LockkitError('OPTION_INVALID', 'oneRoundTripSkip must be a boolean.');
+  if (options.engineSelfTest !== undefined && typeof options.engineSelfTest !== 'boolean')
+    throw new LockkitError('OPTION_INVALID', 'engineSelfTest must be a boolean.');
   const engine: LockEngine<Tx, Session> = {
     executor,
     emit: emitter(options.onEvent),
@@ -70,6 +73,7 @@ export function createLockClient<Tx, Session>(
     },
     pinning: new SessionPinning(executor),
     poolerDetected: false,
+    trust: new EngineTrust(executor as LockExecutor, options.engineSelfTest !== false),
   };
 
   const withLock = <T>(
@@ -99,6 +103,7 @@ export function createLockClient<Tx, Session>(
     withSessionLock,
     ...leases,
     migrate: () => migrate(executor as LockExecutor, { schema: schemaName }),
+    verifyEngine: () => engine.trust.verify(),
     async runExclusiveJob<T>(
       namespace: string,
       jobKey: string,

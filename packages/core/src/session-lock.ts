@@ -79,6 +79,8 @@ export async function sessionLock<Tx, Session, T>(
   }
   const p = plan(callOptions, false);
   if (p.signal?.aborted) throw abortedError(p.signal);
+  // Once per client, before the first lock is trusted: is this server's lock real?
+  if (!engine.trust.trusted) await engine.trust.ensure();
   let connection: SessionContext<Session> | undefined;
   const tracker = track(engine.emit, key, 'session', p.mode, p.wait);
   const cancels: Promise<void>[] = [];

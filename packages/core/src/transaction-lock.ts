@@ -40,6 +40,8 @@ export async function transactionLock<Tx, Session, T>(
   checkTask(task);
   const p = plan({ ...engine.defaults, ...callOptions }, true);
   if (p.signal?.aborted) throw abortedError(p.signal);
+  // Once per client, before the first lock is trusted: is this server's lock real?
+  if (!engine.trust.trusted) await engine.trust.ensure();
   let connection: TransactionContext<Tx> | undefined;
 
   const settings: SettingValue[] = [...p.settings];

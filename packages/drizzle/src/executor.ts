@@ -210,11 +210,12 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
 
   // One connection only (one pg.Client, a pool of one): a lockkit call from inside a task could
   // never get it.
+  const singleConnection =
+    alone ||
+    (kind === 'postgres-js' && (db.$client as { options?: { max?: unknown } }).options?.max === 1);
   const nested = new NestedCallGuard(
     name,
-    alone ||
-      (kind === 'postgres-js' &&
-        (db.$client as { options?: { max?: unknown } }).options?.max === 1),
+    singleConnection,
     (typeof db.$client === 'object' && db.$client !== null) || typeof db.$client === 'function'
       ? (db.$client as object)
       : undefined,
@@ -284,7 +285,12 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
     });
   };
 
-  const base: LockExecutor<Tx, Session> = { name, transactionPooler, transaction };
+  const base: LockExecutor<Tx, Session> = {
+    name,
+    transactionPooler,
+    singleConnection,
+    transaction,
+  };
   const sessions = options.sessions;
   if (sessions === undefined) return Object.freeze(base);
   const lend = sessions.session;

@@ -362,6 +362,7 @@ export function pgExecutor(
   const executor: LockExecutor<PgClientLike, PgClientLike> = {
     name,
     transactionPooler: options.transactionPooler === true,
+    singleConnection: onlyOne,
     commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),

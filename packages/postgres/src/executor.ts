@@ -396,6 +396,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   const executor: LockExecutor<R, R> = {
     name: options.name ?? 'postgres',
     transactionPooler: options.transactionPooler === true,
+    singleConnection: sql.options.max === 1,
     commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
     pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),

@@ -87,7 +87,8 @@ function keyArguments(key: LockKey): Statement {
   return { text: '$1::int8', params: [String(key.int8)] };
 }
 
-function inlineKeyArguments(key: LockKey): string {
+/** A key's arguments inlined (validated integers only), for statements pipelined with BEGIN. */
+export function inlineKeyArguments(key: LockKey): string {
   // Safe to inline: LockKey holds only validated int4 numbers or an int8 bigint.
   if (key.pair) return `(${key.pair[0] | 0})::int4, (${key.pair[1] | 0})::int4`;
   return `(${BigInt.asIntN(64, key.int8 as bigint)})::int8`;
