@@ -28,6 +28,7 @@ import { schedulerCases } from './cases/scheduler.js';
 import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
 import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
+import { standbyCases } from './cases/standby.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
 import { useFixture } from './suite.js';
@@ -41,6 +42,7 @@ export {
   randomInt8Key,
   randomKey,
   type SingleConnectionInstance,
+  type StandbyServer,
   taggedUrl,
 } from './harness.js';
 export {
@@ -57,7 +59,8 @@ export type ConformanceGroup =
   | 'robustness'
   | 'truth'
   | 'leases'
-  | 'scheduler';
+  | 'scheduler'
+  | 'standby';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -87,6 +90,7 @@ export function runConformance<Tx, Session>(
       'truth',
       'leases',
       'scheduler',
+      'standby',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -139,6 +143,18 @@ export function runConformance<Tx, Session>(
     group('truth', undefined, lockTruthCases);
     group('leases', undefined, leaseCases);
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, options.schedulerSeconds));
+    if (groups.has('standby')) {
+      // Its own server, a hot standby shared by the group's cases.
+      const start = adapter.standby;
+      if (directOff !== undefined || start === undefined) {
+        const why = directOff ?? 'the adapter gives no standby server (ConformanceAdapter.standby)';
+        describe.skip(`standby — skipped: ${why}`, () => {
+          standbyCases(adapter, async () => ({ url: '', stop: async () => {} }), capabilities);
+        });
+      } else {
+        describe('standby', () => standbyCases(adapter, start, capabilities));
+      }
+    }
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();
