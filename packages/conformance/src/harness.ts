@@ -110,6 +110,7 @@ export type ConformanceCaseId =
   | 'standby.with-lock'
   | 'standby.session-lock'
   | 'standby.lease'
+  | 'standby.migrate'
   | 'standby.scheduler-ticks';
 
 /**

@@ -173,6 +173,20 @@ export function standbyCases<Tx, Session>(
 
   caseIt(
     adapter,
+    'standby.migrate',
+    'migrate() of a schema the standby lacks is refused with NotPrimaryError before any DDL',
+    async () => {
+      const f = fixture();
+      expectRefused(
+        await rejection(
+          createLockClient(f.instance.executor, { schema: 'lockkit_absent' }).migrate(),
+        ),
+      );
+    },
+  );
+
+  caseIt(
+    adapter,
     'standby.scheduler-ticks',
     'a scheduler tick on a standby, in transaction and in lease mode: a typed error event, no run',
     async () => {
