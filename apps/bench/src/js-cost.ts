@@ -44,7 +44,8 @@ class InstantClient {
     if (text.startsWith('BEGIN;')) {
       this.status = 'T';
       this.connection.emit('readyForQuery', { status: 'T' });
-      const row = { pid: 7, acquired: this.granted, began: '1.5' };
+      // The columns of the opening try-lock, as a primary answers them.
+      const row = { pid: 7, acquired: this.granted, began: '1.5', in_recovery: false };
       return [
         { command: 'BEGIN', rows: [] },
         { command: 'SELECT', rows: [row] },

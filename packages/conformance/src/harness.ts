@@ -109,7 +109,13 @@ export type ConformanceCaseId =
   | 'engine.real-server-passes'
   | 'engine.first-calls-share-one-test'
   | 'engine.stub-refused'
-  | 'engine.stub-refused-on-one-connection';
+  | 'engine.stub-refused-on-one-connection'
+  | 'standby.run-exclusive-job'
+  | 'standby.with-lock'
+  | 'standby.session-lock'
+  | 'standby.lease'
+  | 'standby.migrate'
+  | 'standby.scheduler-ticks';
 
 /**
  * An adapter over ONE connection that the caller also uses directly (a `pg.Client`): the caller
@@ -129,6 +135,13 @@ export interface AdapterInstance<Tx, Session> {
   checkedOut?(): number | Promise<number>;
   /** Closes every connection of this instance. */
   close(): Promise<void>;
+}
+
+/** A hot standby server started for the standby group, stopped once the group is done. */
+export interface StandbyServer {
+  /** Where the standby accepts (read-only) connections. */
+  readonly url: string;
+  stop(): Promise<void>;
 }
 
 /** What an adapter package hands to {@link runConformance}. */
@@ -179,6 +192,16 @@ export interface ConformanceAdapter<Tx, Session> {
    * enables the cases about a caller's own transaction and nested calls on one connection.
    */
   readonly singleConnection?: (url: string) => Promise<SingleConnectionInstance<Tx, Session>>;
+  /**
+   * Starts a real hot standby (a server in recovery, read-only), calling `prepare` with its URL
+   * while it is still a primary (the group creates lockkit's tables there, as a replica of a
+   * migrated primary has them); in lockkit's own tests, `startEmbeddedPostgres({ standby: true,
+   * prepare })` of `@lockkit/test-db/embedded`. With it, the standby group proves every lock and
+   * claim is refused there with `NotPrimaryError`; without it, the group is skipped visibly.
+   */
+  readonly standby?: (options: {
+    readonly prepare: (primaryUrl: string) => Promise<void>;
+  }) => Promise<StandbyServer>;
   /** Cases this adapter cannot pass, each with the reason shown in the skipped test's name. */
   readonly disable?: Partial<Readonly<Record<ConformanceCaseId, string>>>;
 }

@@ -29,6 +29,7 @@ import { schedulerCases } from './cases/scheduler.js';
 import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
 import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
+import { standbyCases } from './cases/standby.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
 import { useFixture } from './suite.js';
@@ -42,6 +43,7 @@ export {
   randomInt8Key,
   randomKey,
   type SingleConnectionInstance,
+  type StandbyServer,
   taggedUrl,
 } from './harness.js';
 export {
@@ -59,7 +61,8 @@ export type ConformanceGroup =
   | 'truth'
   | 'leases'
   | 'scheduler'
-  | 'engine';
+  | 'engine'
+  | 'standby';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -105,6 +108,7 @@ export function runConformance<Tx, Session>(
       'leases',
       'scheduler',
       'engine',
+      'standby',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -159,6 +163,18 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
+    if (groups.has('standby')) {
+      // Its own server, a hot standby shared by the group's cases.
+      const start = adapter.standby;
+      if (directOff !== undefined || start === undefined) {
+        const why = directOff ?? 'the adapter gives no standby server (ConformanceAdapter.standby)';
+        describe.skip(`standby — skipped: ${why}`, () => {
+          standbyCases(adapter, async () => ({ url: '', stop: async () => {} }), capabilities);
+        });
+      } else {
+        describe('standby', () => standbyCases(adapter, start, capabilities));
+      }
+    }
 
     if (!adapter.pgbouncer) return;
     const bouncer = adapter.pgbouncer();

@@ -17,6 +17,7 @@ import { createHash } from 'node:crypto';
 import type { Cron } from 'croner';
 import type { QueryFn } from './executor.js';
 import type { LockKey } from './keys.js';
+import { refuseInRecovery } from './lock-engine.js';
 import type { Statement } from './sql/locks.js';
 import {
   claimTickStatement,
@@ -140,6 +141,7 @@ export class Ledger {
     tickKey: LockKey,
   ): Promise<{ readonly jobFree: boolean; readonly tickFree: boolean }> {
     const [row] = await rowsOf(query, holdersStatement(jobKey, tickKey));
+    if (row) refuseInRecovery(row, `lock ${jobKey}`);
     return { jobFree: row?.job_free === true, tickFree: row?.tick_free === true };
   }
 

@@ -6,7 +6,12 @@
  * @packageDocumentation
  */
 import type { EngineTrust } from './engine-self-test.js';
-import { ConnectionLostError, LockkitError, TransactionExpiredError } from './errors.js';
+import {
+  ConnectionLostError,
+  LockkitError,
+  NotPrimaryError,
+  TransactionExpiredError,
+} from './errors.js';
 import type { emitter } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
 import { LockKey } from './keys.js';
@@ -24,6 +29,7 @@ import {
   type LockMode,
   type SettingValue,
   SKIP_MARKER,
+  STANDBY_MARKER,
 } from './sql/locks.js';
 
 /** What one lock client's operations share. */
@@ -95,6 +101,35 @@ export function isSkipMarker(error: unknown): boolean {
   return (
     sqlState(error) === '22P02' && error instanceof Error && error.message.includes(SKIP_MARKER)
   );
+}
+
+/**
+ * The failure a one-round-trip try-lock raises on a server in recovery (see {@link isSkipMarker}).
+ */
+export function isStandbyMarker(error: unknown): boolean {
+  return (
+    sqlState(error) === '22P02' && error instanceof Error && error.message.includes(STANDBY_MARKER)
+  );
+}
+
+/**
+ * The refusal of a lock taken on a server in recovery. `cause`: the marker's error, for the
+ * one-round-trip try-lock.
+ */
+export function inRecovery(what: string, cause?: unknown): NotPrimaryError {
+  return new NotPrimaryError(
+    `${what}: the server is a hot standby (pg_is_in_recovery() is true), where an advisory lock excludes only other sessions of that replica; no lock was taken and nothing ran. Point lockkit at the primary (a writer endpoint, not a reader endpoint).`,
+    'in-recovery',
+    cause === undefined ? {} : { cause },
+  );
+}
+
+/**
+ * Refuses a lock statement's row that reports the server in recovery (its `in_recovery` column):
+ * throws {@link NotPrimaryError}. Called before anything reads `acquired`.
+ */
+export function refuseInRecovery(row: Row, what: string): void {
+  if (row.in_recovery === true) throw inRecovery(what);
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import type { QueryFn } from './executor.js';
 import type { LockKey } from './keys.js';
-import type { LockEngine, Plan } from './lock-engine.js';
+import { first, type LockEngine, type Plan, refuseInRecovery } from './lock-engine.js';
 import { cancelWaitStatement, lockStatement } from './sql/locks.js';
 
 /**
@@ -29,7 +29,10 @@ export function cancelWait<Tx, Session>(
     );
 }
 
-/** Waits on `query` for the lock, cancelling the wait when `signal` aborts. */
+/**
+ * Waits on `query` for the lock, cancelling the wait when `signal` aborts. On a server in recovery
+ * nothing is taken or awaited: throws `NotPrimaryError` (the caller rolls back).
+ */
 export async function waitForLock<Tx, Session>(
   engine: LockEngine<Tx, Session>,
   ctx: { readonly query: QueryFn; readonly interrupt?: (() => Promise<void>) | undefined },
@@ -49,7 +52,7 @@ export async function waitForLock<Tx, Session>(
   };
   p.signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    await ctx.query(statement.text, statement.params);
+    refuseInRecovery(first(await ctx.query(statement.text, statement.params)), `lock ${key}`);
   } finally {
     p.signal?.removeEventListener('abort', onAbort);
     // A protocol cancel names the connection, not the statement: let it land (on this wait,

@@ -6,6 +6,7 @@
  */
 import { assertLockExecutor, type LockExecutor, type QueryFn } from './executor.js';
 import { LockKey } from './keys.js';
+import { refuseInRecovery } from './lock-engine.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { lockStatement } from './sql/locks.js';
 import {
@@ -80,7 +81,9 @@ export async function migrate(
   // The migration in a transaction of its own, under the lock; existence is read by catalog scans
   // (see sql/migrations.ts: a cached "missing" would outlive another instance's CREATE SCHEMA).
   return executor.transaction(async ({ query }) => {
-    await query(guard.text, guard.params);
+    // On a standby the guard takes nothing: refused before any DDL would fail there with 25006.
+    const [locked] = await query(guard.text, guard.params);
+    if (locked) refuseInRecovery(locked, `migrate ${schemaName}`);
     const [found] = await query(SCHEMA_PRESENT, [schemaName]);
     if (found?.present !== true) await query(inSchema(CREATE_SCHEMA, schema));
     for (const statement of BOOTSTRAP) await query(inSchema(statement, schema));

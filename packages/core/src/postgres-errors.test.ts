@@ -5,6 +5,7 @@ import {
   LockkitError,
   LockTableFullError,
   LockTimeoutError,
+  NotPrimaryError,
 } from './errors.js';
 import { fromPostgresError, sqlState } from './postgres-errors.js';
 
@@ -19,6 +20,7 @@ describe('fromPostgresError', () => {
     ['57P01', ConnectionLostError, 'CONNECTION_LOST'],
     ['53200', LockTableFullError, 'LOCK_TABLE_FULL'],
     ['57014', LockkitError, 'STATEMENT_TIMEOUT'],
+    ['25006', NotPrimaryError, 'NOT_PRIMARY'],
   ] as const)('maps SQLSTATE %s to its typed error, keeping the cause', (code, type, expected) => {
     const original = pgError(code);
     const mapped = fromPostgresError(original, 'lock x') as LockkitError;
@@ -26,6 +28,16 @@ describe('fromPostgresError', () => {
     expect(mapped.code).toBe(expected);
     expect(mapped.cause).toBe(original);
     expect(mapped.message).toContain('lock x');
+  });
+
+  it('maps a write refused as read-only (25006) to NotPrimaryError, reason read-only', () => {
+    const mapped = fromPostgresError(
+      pgError('25006', 'cannot execute INSERT in a read-only transaction'),
+      'lease claim',
+    );
+    expect(mapped).toBeInstanceOf(NotPrimaryError);
+    expect((mapped as NotPrimaryError).reason).toBe('read-only');
+    expect((mapped as Error).message).toMatch(/primary/);
   });
 
   it('names the setting to raise when the lock table is full', () => {

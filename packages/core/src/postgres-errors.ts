@@ -10,6 +10,7 @@ import {
   LockkitError,
   LockTableFullError,
   LockTimeoutError,
+  NotPrimaryError,
 } from './errors.js';
 
 /** Five characters of digits and capitals; Prisma's own codes (P1000…P6999) look alike but are not. */
@@ -72,6 +73,12 @@ export function fromPostgresError(error: unknown, what: string): unknown {
     case '53200':
       return new LockTableFullError(
         `${what}: the Postgres lock table is full (out of shared memory). Release locks sooner or raise max_locks_per_transaction (needs a restart) (${detail}).`,
+        { cause: error },
+      );
+    case '25006':
+      return new NotPrimaryError(
+        `${what}: the server refused a write as read-only, so nothing was recorded: it is a hot standby (a replica or reader endpoint), or the transaction or database is set read-only. Point lockkit at the primary (${detail}).`,
+        'read-only',
         { cause: error },
       );
     case '57014':

@@ -18,6 +18,7 @@ import {
   first,
   type LockEngine,
   plan,
+  refuseInRecovery,
   runTask,
   SKIPPED,
   type TaskFailure,
@@ -141,6 +142,8 @@ export async function sessionLock<Tx, Session, T>(
             : guardedSessionLockStatement(key, p.mode, false, expectedPid);
         const row = first(await ctx.query(statement.text, statement.params));
         holderPid = row.pid as number;
+        // Before `acquired`: NULL there also means a standby, where nothing was taken.
+        refuseInRecovery(row, `session lock ${key}`);
         if (row.acquired === null) throw detected(holderPid, expectedPid);
         if (row.acquired !== true) {
           tracker.skipped();

@@ -15,9 +15,12 @@ import {
   checkTask,
   classify,
   first,
+  inRecovery,
   isSkipMarker,
+  isStandbyMarker,
   type LockEngine,
   plan,
+  refuseInRecovery,
   runTask,
   SKIPPED,
   tryLockOpening,
@@ -73,9 +76,14 @@ export async function transactionLock<Tx, Session, T>(
       );
       // Got it, but the caller gave up meanwhile: the rollback releases it.
       if (p.signal?.aborted) throw abortedError(p.signal);
-    } else if (first(openingRows).acquired !== true) {
-      tracker.skipped();
-      return SKIPPED;
+    } else {
+      const row = first(openingRows);
+      // Before `acquired`: on a standby nothing was taken, and nothing may run.
+      refuseInRecovery(row, `lock ${key}`);
+      if (row.acquired !== true) {
+        tracker.skipped();
+        return SKIPPED;
+      }
     }
     tracker.acquired();
     const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);
@@ -108,6 +116,10 @@ export async function transactionLock<Tx, Session, T>(
       return SKIPPED;
     }
     const classified =
+      (oneTrip &&
+        connection === undefined &&
+        isStandbyMarker(error) &&
+        inRecovery(`lock ${key}`, error)) ||
       (committing &&
         (commitOutcomeUnknown(error, connection?.signal.aborted === true, `lock ${key}`) ??
           commitFailed(error, `lock ${key}`))) ||

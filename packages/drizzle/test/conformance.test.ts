@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import { sql } from 'drizzle-orm';
 import {
   nodePostgresClientInstance,
@@ -13,6 +14,7 @@ const worker = (name: string) => fileURLToPath(new URL(`./worker-${name}.mjs`, i
 runConformance({
   name: 'drizzle on node-postgres',
   databaseUrl: testDatabaseUrl,
+  standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
   pgbouncer: testPgBouncer,
   createInstance: ({ url, poolSize, transactionPooler }) =>
     nodePostgresInstance(url, poolSize, transactionPooler),
@@ -24,6 +26,7 @@ runConformance({
 runConformance({
   name: 'drizzle on postgres.js',
   databaseUrl: testDatabaseUrl,
+  standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
   pgbouncer: testPgBouncer,
   // Through PgBouncer the instance uses prepare: false, as postgres.js needs there.
   createInstance: ({ url, poolSize, transactionPooler }) =>

@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import pg from 'pg';
 import { pgExecutor } from '../src/index.js';
 
@@ -9,6 +10,7 @@ runConformance(
   {
     name: 'pg (Pool)',
     databaseUrl: testDatabaseUrl,
+    standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
     pgbouncer: testPgBouncer,
     createInstance: ({ url, poolSize, transactionPooler }) => {
       const pool = new pg.Pool({ connectionString: url, max: poolSize });

@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import postgres from 'postgres';
 import { type PostgresReservedLike, postgresExecutor } from '../src/index.js';
 
@@ -62,6 +63,7 @@ for (const prepare of [true, false]) {
   runConformance({
     name: `postgres.js (prepare: ${prepare})`,
     databaseUrl: testDatabaseUrl,
+    standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
     // postgres.js with prepare: true hangs behind PgBouncer in transaction mode (its named
     // statements): the PgBouncer groups run once, with prepare: false, as users must configure it.
     ...(prepare ? {} : { pgbouncer: testPgBouncer }),

@@ -1,11 +1,13 @@
 import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
+import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import { prismaInstance } from './instances.js';
 
 runConformance({
   name: 'prisma (adapter-pg)',
   databaseUrl: testDatabaseUrl,
+  standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
   pgbouncer: testPgBouncer,
   createInstance: ({ url, poolSize, transactionPooler }) =>
     prismaInstance(url, poolSize, { transactionPooler: transactionPooler ?? false }),

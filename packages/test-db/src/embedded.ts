@@ -124,6 +124,12 @@ export async function startEmbeddedPostgres(
      */
     readonly standby?: boolean;
     /**
+     * With `standby`: runs against the server while it is still a primary (its URL), before it is
+     * shut down cleanly and started again in recovery, as a replica that has the primary's tables
+     * (lockkit's ledger and leases, for instance). Costs one more start and stop.
+     */
+    readonly prepare?: (url: string) => Promise<void>;
+    /**
      * Keep `synchronous_commit` on, so that a committed transaction survives an immediate
      * shutdown ({@link EmbeddedServer.restart} `'immediate'`), as on a production server. Off by
      * default: the other tests trade that for speed.
@@ -153,13 +159,6 @@ export async function startEmbeddedPostgres(
   } catch (error) {
     await cleanup();
     throw error;
-  }
-  if (options.standby) {
-    // A freshly initialised cluster ends in a clean shutdown checkpoint, so it is consistent at
-    // once: with standby.signal it starts in recovery and accepts read-only connections.
-    await writeFile(join(data, 'standby.signal'), '');
-    if (ids.uid !== undefined && ids.gid !== undefined)
-      await chown(join(data, 'standby.signal'), ids.uid, ids.gid);
   }
   const port = await freePort();
   const args = [
@@ -209,10 +208,27 @@ export async function startEmbeddedPostgres(
     child.kill(signal);
     await exited;
   };
+  // A cleanly shut down cluster (initdb's, or prepare's primary after a fast shutdown) ends in a
+  // shutdown checkpoint, so it is consistent at once: with standby.signal it starts in recovery
+  // and accepts read-only connections.
+  const enterRecovery = async () => {
+    await writeFile(join(data, 'standby.signal'), '');
+    if (ids.uid !== undefined && ids.gid !== undefined)
+      await chown(join(data, 'standby.signal'), ids.uid, ids.gid);
+  };
   let child: ChildProcess;
   // If the test process dies, do not leave a server behind.
   const killOnExit = () => child.kill('SIGINT');
   try {
+    if (options.standby && options.prepare) {
+      child = await launch();
+      try {
+        await options.prepare(url);
+      } finally {
+        await halt(child, 'SIGINT');
+      }
+    }
+    if (options.standby) await enterRecovery();
     child = await launch();
   } catch (error) {
     await cleanup();

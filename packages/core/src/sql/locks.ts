@@ -54,6 +54,22 @@ export const TRANSACTION_STARTED = 'extract(epoch FROM transaction_timestamp()):
 /** One row, `began`: the current transaction's start, as in {@link TRANSACTION_STARTED}. */
 export const TRANSACTION_STARTED_STATEMENT = `SELECT ${TRANSACTION_STARTED}`;
 
+/**
+ * A column of every statement that takes an advisory lock: `in_recovery`, true on a hot standby.
+ * A standby grants advisory locks, but only among its own sessions: every instance reaching a
+ * replica would hold "the" lock at once. Reported by the very statement that takes the lock (no
+ * round trip of its own), so that the lock proves itself where it is taken.
+ */
+export const IN_RECOVERY = 'pg_is_in_recovery() AS in_recovery';
+
+/**
+ * `call` (a lock function's call) evaluated only on a server that is not in recovery: on a
+ * standby the expression is NULL and no lock is taken, so there is nothing to release.
+ */
+export function onPrimary(call: string): string {
+  return `CASE WHEN pg_is_in_recovery() THEN NULL ELSE ${call} END`;
+}
+
 /** Largest value Postgres accepts for a millisecond timeout setting (INT_MAX). */
 export const MAX_TIMEOUT_MS = 2_147_483_647;
 
@@ -95,8 +111,9 @@ export function inlineKeyArguments(key: LockKey): string {
 }
 
 /**
- * Takes the lock, as one statement returning one row with a boolean `acquired`. Try-locks return
- * whether they got it; waiting locks return true once they have it (or fail with 55P03).
+ * Takes the lock, as one statement returning one row with a boolean `acquired` and
+ * {@link IN_RECOVERY}. Try-locks return whether they got it; waiting locks return true once they
+ * have it (or fail with 55P03). On a standby neither takes anything: `acquired` is NULL.
  */
 export function lockStatement(
   key: LockKey,
@@ -108,17 +125,18 @@ export function lockStatement(
   const fn = lockFunction(scope, mode, wait);
   // Session locks report the backend that holds them, so the release can go to that one only.
   const pid = scope === 'session' ? 'pg_backend_pid() AS pid, ' : '';
-  const text = wait
-    ? `SELECT ${pid}true AS acquired FROM ${fn}(${args.text})`
-    : `SELECT ${pid}${fn}(${args.text}) AS acquired`;
+  // A waiting lock's function returns void: its scalar subquery runs only when the CASE needs it.
+  const call = wait ? `(SELECT true FROM ${fn}(${args.text}))` : `${fn}(${args.text})`;
+  const text = `SELECT ${pid}${onPrimary(call)} AS acquired, ${IN_RECOVERY}`;
   return { text, params: args.params };
 }
 
 /**
  * The try-lock of {@link lockStatement} (transaction scope) with the given settings applied in the
- * same statement, values inlined so that it can be pipelined with BEGIN. Returns `acquired`, and
- * `pid` first (see {@link BACKEND_PID}): an executor that must watch the backend learns it here,
- * without a statement of its own.
+ * same statement, values inlined so that it can be pipelined with BEGIN. Returns `acquired`,
+ * `began` ({@link TRANSACTION_STARTED}), `in_recovery` ({@link IN_RECOVERY}), and `pid` first
+ * (see {@link BACKEND_PID}): an executor that must watch the backend learns it here, without a
+ * statement of its own.
  */
 export function inlineTryLockStatement(
   key: LockKey,
@@ -126,7 +144,7 @@ export function inlineTryLockStatement(
   settings: readonly SettingValue[],
 ): string {
   const fn = lockFunction('transaction', mode, false);
-  return `${BACKEND_PID}, ${[...inlineSettings(settings), `${fn}(${inlineKeyArguments(key)}) AS acquired`, TRANSACTION_STARTED].join(', ')}`;
+  return `${BACKEND_PID}, ${[...inlineSettings(settings), `${onPrimary(`${fn}(${inlineKeyArguments(key)})`)} AS acquired`, TRANSACTION_STARTED, IN_RECOVERY].join(', ')}`;
 }
 
 /**
@@ -135,8 +153,15 @@ export function inlineTryLockStatement(
 export const SKIP_MARKER = 'lockkit:skip';
 
 /**
+ * The text a one-round-trip try-lock raises, inside a 22P02 error, on a server in recovery (a hot
+ * standby): no lock is taken, the block rolls back, nothing runs.
+ */
+export const STANDBY_MARKER = 'lockkit:standby';
+
+/**
  * The try-lock of {@link inlineTryLockStatement}, written to fail when the lock is not granted:
- * `'true'` or {@link SKIP_MARKER} cast to boolean, so a held lock raises 22P02 with the marker.
+ * `'true'` or {@link SKIP_MARKER} cast to boolean, so a held lock raises 22P02 with the marker
+ * (and a server in recovery, checked first, raises it with {@link STANDBY_MARKER}, taking nothing).
  * Sent as `<this>; BEGIN` in one simple query: on success the lock is held inside the transaction
  * the BEGIN opens; on failure the implicit block rolls back and the connection is idle, after
  * one round trip.
@@ -147,7 +172,7 @@ export function oneTripTryLockStatement(
   settings: readonly SettingValue[],
 ): string {
   const fn = lockFunction('transaction', mode, false);
-  const decision = `(CASE WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
+  const decision = `(CASE WHEN pg_is_in_recovery() THEN '${STANDBY_MARKER}' WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
   return `SELECT ${[...inlineSettings(settings), decision, TRANSACTION_STARTED].join(', ')}`;
 }
 
@@ -167,8 +192,9 @@ export function inlinePrepareStatement(settings: readonly SettingValue[]): strin
 
 /**
  * A session lock taken only on the connection the driver believes it has: returns `pid`
- * (`pg_backend_pid()`) and `acquired`, which is NULL — and no lock is taken — when the pid differs
- * from `driverPid`, i.e. a pooler has put this statement on another server connection.
+ * (`pg_backend_pid()`), {@link IN_RECOVERY} and `acquired`, which is NULL — and no lock is taken —
+ * when the pid differs from `driverPid`, i.e. a pooler has put this statement on another server
+ * connection, or when the server is in recovery.
  */
 export function guardedSessionLockStatement(
   key: LockKey,
@@ -181,7 +207,7 @@ export function guardedSessionLockStatement(
   const call = wait ? `(SELECT true FROM ${fn}(${args.text}))` : `${fn}(${args.text})`;
   const pid = `$${args.params.length + 1}::int4`;
   return {
-    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} THEN ${call} END AS acquired`,
+    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} AND NOT pg_is_in_recovery() THEN ${call} END AS acquired, ${IN_RECOVERY}`,
     params: [...args.params, driverPid],
   };
 }

@@ -9,7 +9,7 @@
  */
 import type { LockKey } from '../keys.js';
 import { MAX_ERROR_LENGTH } from './leases.js';
-import type { Statement } from './locks.js';
+import { IN_RECOVERY, onPrimary, type Statement } from './locks.js';
 
 /** Which scheduler's rows: the quoted schema and the ledger namespace ('' when none). */
 export interface LedgerScope {
@@ -48,14 +48,15 @@ export function tickStateStatement(
  * Whether the job's lock and the tick's own lock are free, taking each that is (released at the
  * end of the transaction): tells a tick another node is running (`tick_free` false) from an
  * overlap with an earlier one (`job_free` false, `tick_free` true) and from a holder that is gone
- * (`job_free` true).
+ * (`job_free` true). On a standby it takes nothing and reports {@link IN_RECOVERY}.
  */
 export function holdersStatement(jobKey: LockKey, tickKey: LockKey): Statement {
   const [j1, j2] = jobKey.pair ?? [0, 0];
   const [t1, t2] = tickKey.pair ?? [0, 0];
   return {
-    text: `SELECT pg_try_advisory_xact_lock($1::int4, $2::int4) AS job_free,
-                  pg_try_advisory_xact_lock($3::int4, $4::int4) AS tick_free`,
+    text: `SELECT ${onPrimary('pg_try_advisory_xact_lock($1::int4, $2::int4)')} AS job_free,
+                  ${onPrimary('pg_try_advisory_xact_lock($3::int4, $4::int4)')} AS tick_free,
+                  ${IN_RECOVERY}`,
     params: [j1, j2, t1, t2],
   };
 }
