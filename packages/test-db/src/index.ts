@@ -10,4 +10,10 @@ export {
   testPgBouncer,
 } from './leaks.js';
 export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
+export {
+  type ReplicatedPair,
+  type ReplicatedPairOptions,
+  type ReplicationLag,
+  startReplicatedPair,
+} from './replicated-pair.js';
 export { createDmlOnlyRole, type TestRole } from './roles.js';
