@@ -227,7 +227,7 @@ export async function startReplicatedPair(options: ReplicatedPairOptions): Promi
     await stop();
     throw error;
   }
-  const [primary, standby] = servers as [ChildProcess, ChildProcess];
+  const primary = servers[0] as ChildProcess;
 
   return {
     primaryUrl: url(primaryPort),
