@@ -117,11 +117,12 @@ export async function startReplicatedPair(options: ReplicatedPairOptions): Promi
     '-c',
     'wal_receiver_status_interval=1s',
     '-c',
-    `synchronous_standby_names=${options.synchronous ? STANDBY_NAME : ''}`,
-    '-c',
     'synchronous_commit=on',
+    // A standby retries a lost primary every 5 s by default; a failover test wants it sooner.
+    '-c',
+    'wal_retrieve_retry_interval=200ms',
   ];
-  const launch = (data: string, port: number, extra: string[] = []) =>
+  const launch = (data: string, port: number, extra: string[]) =>
     launchServer(
       join(bin, 'postgres'),
       ['-D', data, ...common(port), ...extra],
@@ -198,7 +199,14 @@ export async function startReplicatedPair(options: ReplicatedPairOptions): Promi
       ids,
       env,
     );
-    servers.push(await launch(primaryData, primaryPort));
+    // Only the primary waits for a synchronous standby: the promoted standby has none, and
+    // naming one there would make every commit on the survivor wait forever.
+    servers.push(
+      await launch(primaryData, primaryPort, [
+        '-c',
+        `synchronous_standby_names=${options.synchronous ? STANDBY_NAME : ''}`,
+      ]),
+    );
     // -R writes standby.signal and primary_conninfo; -C -S creates the slot that keeps the WAL.
     await runProgram(
       join(bin, 'pg_basebackup'),
