@@ -307,9 +307,12 @@ async function judge(
   await client.connect();
   try {
     // Ticks: every due tick of the window ran exactly once on the survivor, or was recorded.
-    const { rows: executions } = await client.query<{ job: string; tick: Date; run_id: string }>(
-      `SELECT job, tick, run_id FROM "${SCHEMA}".executions`,
-    );
+    const { rows: executions } = await client.query<{
+      job: string;
+      tick: Date;
+      run_id: string;
+      worker: string;
+    }>(`SELECT job, tick, run_id, worker FROM "${SCHEMA}".executions`);
     const { rows: ledger } = await client.query<{ job: string; tick: Date; status: string }>(
       `SELECT job, tick, status FROM "${SCHEMA}".runs WHERE tick BETWEEN $1 AND $2`,
       [new Date(window.from), new Date(window.to)],
@@ -345,9 +348,16 @@ async function judge(
       }
     }
     // Duplicates outside the window count too: no tick may run twice on the survivor.
+    const duplicateTicks: string[] = [];
     for (const [id, n] of runsOf) {
       const tick = Number(id.slice(id.lastIndexOf('@') + 1));
       if (n > 1 && (tick < window.from || tick > window.to)) duplicates += n - 1;
+      if (n > 1 && duplicateTicks.length < 10) {
+        const by = executions
+          .filter((e) => `${e.job}@${new Date(e.tick).getTime()}` === id)
+          .map((e) => e.worker);
+        duplicateTicks.push(`${id} (run by ${by.join(', ')})`);
+      }
     }
 
     // Losses: runs a worker saw committed (its 'ran' event) that the survivor does not have.
@@ -464,6 +474,7 @@ async function judge(
       leakedLocks,
       leakedConnections,
       ...(missedTicks.length > 0 && { missedTicks }),
+      ...(duplicateTicks.length > 0 && { duplicateTicks }),
       ...(lostRuns.length > 0 && {
         lostTicks: lostRuns.slice(0, 10).map((m) => `${m.job}@${m.tick}`),
       }),
@@ -482,6 +493,7 @@ async function judge(
           `  replication lag at the kill: ${lag.bytes} bytes, replay lag ${lag.replayLagMs ?? '—'} ms (${lag.syncState})`,
           `  leaks at the end: ${leakedLocks} advisory locks, ${leakedConnections} connections`,
           ...(missedTicks.length ? [`  missed: ${missedTicks.join(', ')}`] : []),
+          ...(duplicateTicks.length ? [`  run twice: ${duplicateTicks.join(', ')}`] : []),
           ...(reissued.length ? [`  issued twice: ${JSON.stringify(reissuedExamples)}`] : []),
           '',
         ].join('\n'),
