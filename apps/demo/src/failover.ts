@@ -318,9 +318,16 @@ async function judge(
       [new Date(window.from), new Date(window.to)],
     );
     // Runs of each tick on the survivor, and which of them a worker saw complete ('ran').
-    const completed = new Set(
-      messages.filter((m) => m.type === 'ran' && m.runId).map((m) => m.runId as string),
+    const completedAt = new Map(
+      messages.filter((m) => m.type === 'ran' && m.runId).map((m) => [m.runId as string, m.at]),
     );
+    const completed = { has: (runId: string) => completedAt.has(runId) };
+    // A completion the survivor is sure to have: any, with a synchronous standby; asynchronous,
+    // one older than the cut (a newer one may have been lost, and its run is then run again).
+    const surelyCompleted = (runId: string) => {
+      const at = completedAt.get(runId);
+      return at !== undefined && (t.cutAt === undefined || at < t.cutAt - LAG_GRACE_MS);
+    };
     const rowsOf = new Map<string, { run_id: string; worker: string }[]>();
     for (const e of executions) {
       const id = `${e.job}@${new Date(e.tick).getTime()}`;
@@ -354,14 +361,15 @@ async function judge(
     // Any tick, in the window or not, that ran more than once on the survivor. A duplicate is a
     // second run of a tick of which some run completed, unless it is the one case lease mode
     // allows: a lease-mode run cut off by the failover after its fenced write but before its
-    // finish never completed, so the next claim gave its tick back and ran it again (at least
-    // once, by design, for a holder that dies mid-run) — counted apart as leaseReruns.
+    // finish (or, asynchronous, whose finish was lost) never completed as far as the survivor
+    // knows, so the next claim gave its tick back and ran it again (at least once, by design, for
+    // a holder that dies mid-run) — counted apart as leaseReruns.
     let duplicates = 0;
     let leaseReruns = 0;
     const duplicateTicks: string[] = [];
     for (const [id, rows] of rowsOf) {
       if (rows.length < 2) continue;
-      const done = rows.filter((r) => completed.has(r.run_id)).length;
+      const done = rows.filter((r) => surelyCompleted(r.run_id)).length;
       const lease = id.startsWith('chaos-lease');
       const extra = rows.length - 1;
       const allowed = lease && done <= 1 ? extra : 0;
