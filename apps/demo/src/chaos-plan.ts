@@ -11,7 +11,7 @@ export const chaosJobName = (j: number) => `chaos-${String(j).padStart(2, '0')}`
 export const chaosLeaseJobName = (j: number) => `chaos-lease-${String(j).padStart(2, '0')}`;
 
 /** The lease settings of the lease-mode chaos jobs: short, so that a takeover is quick. */
-export const CHAOS_LEASE_JOB = { ttlMs: 2000, workMs: 50 } as const;
+export const CHAOS_LEASE_JOB = { ttlMs: 3000, workMs: 50 } as const;
 
 /** The one long job the workers contend for with leases. */
 export const CHAOS_LEASE = {
