@@ -14,6 +14,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenEpoch } from '../src/lease.js';
 import { createLockClient } from '../src/lock.js';
+import { sqlState } from '../src/postgres-errors.js';
+import { finishStatement, renewStatement } from '../src/sql/leases.js';
 import { poolExecutor } from './client-executor.js';
 
 /** Runs a program as the server's user; rejects with its output when it fails. */
@@ -117,6 +119,25 @@ describe('fencing tokens across a failover', () => {
     const first = await synced.runWithLease(ns, job, () => 'ran');
     expect(first.executed).toBe(true);
     const t1 = first.executed ? first.token : 0n;
+
+    // The standby refuses every lease statement before evaluating any of it — even a function
+    // like pg_current_wal_lsn() that would raise in recovery: each one writes or locks a row, which
+    // a hot standby refuses at executor start (25006, read-only transaction). Nothing is issued.
+    const onStandby = poolOf(standbyPort, 'local');
+    const standbyLocks = createLockClient(poolExecutor(onStandby));
+    const refusals = [
+      await standbyLocks.runWithLease(ns, job, () => 'ran').catch((e: unknown) => e),
+      await standbyLocks
+        .withFencedWrite({ namespace: ns, jobKey: job, token: t1 }, () => 'wrote')
+        .catch((e: unknown) => e),
+      ...(await Promise.all(
+        [
+          renewStatement('lockkit', ns, job, t1, 60_000),
+          finishStatement('lockkit', ns, job, t1, { failed: false }),
+        ].map((s) => onStandby.query(s.text, [...s.params]).catch((e: unknown) => e)),
+      )),
+    ];
+    expect(refusals.map(sqlState)).toEqual(['25006', '25006', '25006', '25006']);
 
     // The standby stops receiving; the next claim commits on the primary alone.
     await stop('standby', 'fast');
