@@ -73,6 +73,7 @@ export type {
   LeaseResult,
   LeaseTask,
 } from './lease.js';
+export { tokenEpoch } from './lease.js';
 export {
   type AcquireOptions,
   createLockClient,

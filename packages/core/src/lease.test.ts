@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { LockExecutor } from './executor.js';
+import { tokenEpoch } from './lease.js';
 import { createLockClient } from './lock.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
@@ -58,5 +59,30 @@ describe('runWithLease option checks', () => {
       expect.objectContaining({ code: 'OPTION_INVALID' }),
     );
     expect(() => createLockClient(executor, { schema: 'jobs_2' })).not.toThrow();
+  });
+});
+
+describe('tokenEpoch', () => {
+  const epoch = (n: bigint) => n << 40n;
+  it('reads the epoch from the bits above the 40 that count claims', () => {
+    expect(tokenEpoch(0n)).toBe(0);
+    expect(tokenEpoch(41n)).toBe(0); // a token issued before tokens had epochs
+    expect(tokenEpoch(epoch(1n) - 1n)).toBe(0);
+    expect(tokenEpoch(epoch(1n))).toBe(1); // the first claim on timeline 1
+    expect(tokenEpoch(epoch(2n) + 5n)).toBe(2);
+    expect(tokenEpoch(2n ** 63n - 1n)).toBe(2 ** 23 - 1); // the largest int8
+  });
+
+  it('orders tokens by epoch first: any token of a later epoch is greater', () => {
+    const lastOfTimeline1 = epoch(2n) - 1n;
+    expect(epoch(2n)).toBeGreaterThan(lastOfTimeline1);
+    expect(tokenEpoch(lastOfTimeline1)).toBeLessThan(tokenEpoch(epoch(2n)));
+  });
+
+  it('refuses what is not a token', () => {
+    expect(() => tokenEpoch(-1n)).toThrow(expect.objectContaining({ code: 'OPTION_INVALID' }));
+    expect(() => tokenEpoch(3 as unknown as bigint)).toThrow(
+      expect.objectContaining({ code: 'OPTION_INVALID' }),
+    );
   });
 });

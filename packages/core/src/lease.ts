@@ -33,8 +33,29 @@ import {
   finishStatement,
   readLeaseStatement,
   renewStatement,
+  TOKEN_EPOCH_BITS,
 } from './sql/leases.js';
 import type { Statement } from './sql/locks.js';
+
+/**
+ * The epoch of a fencing token: the WAL timeline of the primary that issued it (0 for tokens
+ * issued before lockkit put epochs in tokens). A fencing token is one int8 — `epoch × 2^40` plus
+ * the claims counted since the epoch began — so tokens compare as plain integers: every claim's
+ * token is greater than every earlier claim's, also across a failover to a standby that had not
+ * received the newest claims (its timeline, and so every token it issues, is higher). Compare
+ * tokens, not epochs; the epoch tells a failover apart when reading logs.
+ *
+ * @example
+ * ```ts
+ * tokenEpoch(lease.token); // 1 on a server that was never failed over, 2 after one promotion
+ * ```
+ */
+export function tokenEpoch(token: bigint): number {
+  if (typeof token !== 'bigint' || token < 0n) {
+    throw new LockkitError('OPTION_INVALID', 'A fencing token is a non-negative bigint.');
+  }
+  return Number(token >> BigInt(TOKEN_EPOCH_BITS));
+}
 
 /** How to hold a lease. */
 export interface LeaseOptions {
@@ -69,7 +90,11 @@ export interface LeaseOptions {
 export interface LeaseContext<Tx> {
   readonly namespace: string;
   readonly jobKey: string;
-  /** The fencing token: strictly greater than every earlier holder's. */
+  /**
+   * The fencing token: strictly greater than every earlier holder's, and never issued twice, even
+   * across a failover that lost the newest claims (see {@link tokenEpoch}). Compare it as a
+   * whole; do not assume consecutive holders' tokens differ by one.
+   */
   readonly token: bigint;
   readonly owner: string;
   /** True when this claim took the lease over from a holder that had stopped renewing. */

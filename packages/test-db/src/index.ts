@@ -1,5 +1,5 @@
 export { resolveTestDatabase, type TestDatabase, type TestDatabaseSource } from './database.js';
-export { type EmbeddedServer, startEmbeddedPostgres } from './embedded.js';
+export { type EmbeddedServer, embeddedBinaries, startEmbeddedPostgres } from './embedded.js';
 export {
   closeLeakChecker,
   leakedAdvisoryLocks,
@@ -9,6 +9,7 @@ export {
   testDatabaseUrl,
   testPgBouncer,
 } from './leaks.js';
+export { freePort, type Ids } from './os-support.js';
 export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
 export {
   type ReplicatedPair,

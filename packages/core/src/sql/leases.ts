@@ -28,12 +28,31 @@ import { type Statement, TRANSACTION_STARTED } from './locks.js';
 /** Longest error message stored in `last_error`. */
 export const MAX_ERROR_LENGTH = 2000;
 
+/**
+ * How many low bits of a fencing token count claims within one epoch; the bits above them are the
+ * epoch. A token is `epoch << TOKEN_EPOCH_BITS` plus claims since: one int8 that still orders.
+ */
+export const TOKEN_EPOCH_BITS = 40;
+
+/**
+ * The least token a claim may issue on this server now: its WAL insert timeline shifted up by
+ * {@link TOKEN_EPOCH_BITS}. A promotion always moves a server to a new timeline, higher than any
+ * it has known of (and a point-in-time recovery too), so a token issued after a failover exceeds
+ * every token the old primary issued, even one in a commit the promoted standby never received.
+ * The timeline is read from the current WAL insert position (the first 8 hex digits of its WAL
+ * file name): `pg_control_checkpoint().timeline_id` would still name the old timeline after a
+ * promotion until the next checkpoint completes.
+ */
+const EPOCH_FLOOR = `(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 << ${TOKEN_EPOCH_BITS})`;
+
 /** `clock_timestamp()` plus `$4` milliseconds. */
 const EXPIRY = `clock_timestamp() + $4::float8 * interval '1 millisecond'`;
 
 /**
- * Claims the lease when it is free (no row, finished) or expired, bumping the fencing token, in
- * one statement run in the transaction that holds the job's advisory lock. It never waits on a
+ * Claims the lease when it is free (no row, finished) or expired, in one statement run in the
+ * transaction that holds the job's advisory lock. The new fencing token is the previous one plus
+ * one, or the server's epoch floor (see `EPOCH_FLOOR`) when that is greater: the first claim on a
+ * new timeline jumps above every token of the timelines before it. It never waits on a
  * row (see the module comment). Always one row:
  * - claimed: `claimed` true, `token` (text, an int8), `expires_at`, `took_over` (the previous
  *   holder had expired while in progress);
@@ -67,7 +86,7 @@ export function claimStatement(
            ),
            taken AS (
              UPDATE ${schema}.leases AS l
-                SET token = l.token + 1, status = 'IN_PROGRESS', owner = $3,
+                SET token = GREATEST(l.token + 1, ${EPOCH_FLOOR}), status = 'IN_PROGRESS', owner = $3,
                     claimed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
                     expires_at = ${EXPIRY}, finished_at = NULL, attempts = l.attempts + 1
               WHERE l.namespace = $1 AND l.job_key = $2 AND EXISTS (SELECT 1 FROM target)
@@ -77,7 +96,7 @@ export function claimStatement(
            created AS (
              INSERT INTO ${schema}.leases AS l
                     (namespace, job_key, token, status, owner, claimed_at, heartbeat_at, expires_at, attempts)
-             SELECT $1, $2, 1, 'IN_PROGRESS', $3, clock_timestamp(), clock_timestamp(), ${EXPIRY}, 1
+             SELECT $1, $2, GREATEST(1, ${EPOCH_FLOOR}), 'IN_PROGRESS', $3, clock_timestamp(), clock_timestamp(), ${EXPIRY}, 1
               WHERE NOT EXISTS (SELECT 1 FROM current)
              ON CONFLICT (namespace, job_key) DO NOTHING
              RETURNING l.token, l.expires_at, false AS took_over
