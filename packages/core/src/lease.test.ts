@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { LockExecutor } from './executor.js';
-import { tokenEpoch } from './lease.js';
+import { tokenParts } from './lease.js';
 import { createLockClient } from './lock.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
@@ -62,27 +62,34 @@ describe('runWithLease option checks', () => {
   });
 });
 
-describe('tokenEpoch', () => {
-  const epoch = (n: bigint) => n << 40n;
-  it('reads the epoch from the bits above the 40 that count claims', () => {
-    expect(tokenEpoch(0n)).toBe(0);
-    expect(tokenEpoch(41n)).toBe(0); // a token issued before tokens had epochs
-    expect(tokenEpoch(epoch(1n) - 1n)).toBe(0);
-    expect(tokenEpoch(epoch(1n))).toBe(1); // the first claim on timeline 1
-    expect(tokenEpoch(epoch(2n) + 5n)).toBe(2);
-    expect(tokenEpoch(2n ** 63n - 1n)).toBe(2 ** 23 - 1); // the largest int8
+describe('tokenParts', () => {
+  /** The token of claim `sequence` on `timeline`, generation `generation`. */
+  const token = (generation: bigint, timeline: bigint, sequence: bigint) =>
+    (generation << 56n) | (timeline << 36n) | sequence;
+
+  it('takes a token apart: generation, timeline, claims counted on it', () => {
+    expect(tokenParts(0n)).toEqual({ generation: 0, timeline: 0, sequence: 0 });
+    // Issued before tokens carried timelines: a plain count.
+    expect(tokenParts(41n)).toEqual({ generation: 0, timeline: 0, sequence: 41 });
+    expect(tokenParts(1n << 36n)).toEqual({ generation: 0, timeline: 1, sequence: 0 });
+    expect(tokenParts(token(3n, 2n, 5n))).toEqual({ generation: 3, timeline: 2, sequence: 5 });
+    expect(tokenParts(2n ** 63n - 1n)).toEqual({
+      generation: 127,
+      timeline: 2 ** 20 - 1,
+      sequence: 2 ** 36 - 1,
+    });
   });
 
-  it('orders tokens by epoch first: any token of a later epoch is greater', () => {
-    const lastOfTimeline1 = epoch(2n) - 1n;
-    expect(epoch(2n)).toBeGreaterThan(lastOfTimeline1);
-    expect(tokenEpoch(lastOfTimeline1)).toBeLessThan(tokenEpoch(epoch(2n)));
+  it('orders as the number does: generation, then timeline, then sequence', () => {
+    const lastOfTimeline1 = token(0n, 1n, 2n ** 36n - 1n);
+    expect(token(0n, 2n, 0n)).toBeGreaterThan(lastOfTimeline1);
+    const lastOfGeneration0 = token(0n, 2n ** 20n - 1n, 2n ** 36n - 1n);
+    expect(token(1n, 1n, 0n)).toBeGreaterThan(lastOfGeneration0);
   });
 
-  it('refuses what is not a token', () => {
-    expect(() => tokenEpoch(-1n)).toThrow(expect.objectContaining({ code: 'OPTION_INVALID' }));
-    expect(() => tokenEpoch(3 as unknown as bigint)).toThrow(
-      expect.objectContaining({ code: 'OPTION_INVALID' }),
-    );
+  it('refuses what is not an int8 token', () => {
+    for (const bad of [-1n, 2n ** 63n, 3 as unknown as bigint]) {
+      expect(() => tokenParts(bad)).toThrow(expect.objectContaining({ code: 'OPTION_INVALID' }));
+    }
   });
 });

@@ -33,28 +33,55 @@ import {
   finishStatement,
   readLeaseStatement,
   renewStatement,
-  TOKEN_EPOCH_BITS,
+  TOKEN_SEQUENCE_BITS,
+  TOKEN_TIMELINE_BITS,
 } from './sql/leases.js';
 import type { Statement } from './sql/locks.js';
 
 /**
- * The epoch of a fencing token: the WAL timeline of the primary that issued it (0 for tokens
- * issued before lockkit put epochs in tokens). A fencing token is one int8 — `epoch × 2^40` plus
- * the claims counted since the epoch began — so tokens compare as plain integers: every claim's
- * token is greater than every earlier claim's, also across a failover to a standby that had not
- * received the newest claims (its timeline, and so every token it issues, is higher). Compare
- * tokens, not epochs; the epoch tells a failover apart when reading logs.
+ * What a fencing token is made of; see {@link tokenParts}. Tokens compare as whole numbers —
+ * generation first, then timeline, then sequence — and these parts only explain one.
+ */
+export interface FencingTokenParts {
+  /**
+   * Raised each time a claim found the previous token issued on a higher timeline than the
+   * server's: the tables were restored or upgraded onto a new cluster (pg_upgrade starts it at
+   * timeline 1). 0 until then.
+   */
+  readonly generation: number;
+  /**
+   * The WAL timeline of the primary that issued the token: 1 on a server never failed over, one
+   * more after each promotion. 0 for tokens issued before tokens carried timelines.
+   */
+  readonly timeline: number;
+  /** The claims counted on that timeline before this one (0 for the first). */
+  readonly sequence: number;
+}
+
+const SEQUENCE_MASK = (1n << BigInt(TOKEN_SEQUENCE_BITS)) - 1n;
+const TIMELINE_MASK = (1n << BigInt(TOKEN_TIMELINE_BITS)) - 1n;
+
+/**
+ * Takes a fencing token apart. A token is one positive int8: every claim's token is greater than
+ * every earlier claim's, also across a failover to a standby that had not received the newest
+ * claims — the promoted server is on a higher timeline, and a token's timeline sits above its
+ * count of claims. So a holder's token is never issued again to anyone, and compares as a plain
+ * integer; use the parts only to read what happened (a failover shows as a new timeline).
  *
  * @example
  * ```ts
- * tokenEpoch(lease.token); // 1 on a server that was never failed over, 2 after one promotion
+ * tokenParts(lease.token); // { generation: 0, timeline: 2, sequence: 0 }: the first claim after a failover
  * ```
  */
-export function tokenEpoch(token: bigint): number {
-  if (typeof token !== 'bigint' || token < 0n) {
-    throw new LockkitError('OPTION_INVALID', 'A fencing token is a non-negative bigint.');
+export function tokenParts(token: bigint): FencingTokenParts {
+  if (typeof token !== 'bigint' || token < 0n || token >= 1n << 63n) {
+    throw new LockkitError('OPTION_INVALID', 'A fencing token is a non-negative int8 bigint.');
   }
-  return Number(token >> BigInt(TOKEN_EPOCH_BITS));
+  return {
+    generation: Number(token >> BigInt(TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS)),
+    timeline: Number((token >> BigInt(TOKEN_SEQUENCE_BITS)) & TIMELINE_MASK),
+    sequence: Number(token & SEQUENCE_MASK),
+  };
 }
 
 /** How to hold a lease. */
@@ -92,7 +119,7 @@ export interface LeaseContext<Tx> {
   readonly jobKey: string;
   /**
    * The fencing token: strictly greater than every earlier holder's, and never issued twice, even
-   * across a failover that lost the newest claims (see {@link tokenEpoch}). Compare it as a
+   * across a failover that lost the newest claims (see {@link tokenParts}). Compare it as a
    * whole; do not assume consecutive holders' tokens differ by one.
    */
   readonly token: bigint;

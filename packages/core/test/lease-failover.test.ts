@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { embeddedBinaries, freePort, type Ids } from '@lockkit/test-db';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tokenEpoch } from '../src/lease.js';
+import { tokenParts } from '../src/lease.js';
 import { createLockClient } from '../src/lock.js';
 import { sqlState } from '../src/postgres-errors.js';
 import { finishStatement, renewStatement } from '../src/sql/leases.js';
@@ -165,6 +165,11 @@ describe('fencing tokens across a failover', () => {
     // Never the lost token again, and greater than every token issued before the failover.
     expect(t3).not.toBe(t2);
     expect(t3).toBeGreaterThan(t2);
-    expect(tokenEpoch(t3)).toBeGreaterThan(tokenEpoch(t2));
+    // The first claim on the promoted server's timeline (the old primary's plus one).
+    expect(tokenParts(t3)).toEqual({
+      ...tokenParts(t2),
+      timeline: tokenParts(t2).timeline + 1,
+      sequence: 0,
+    });
   }, 60_000);
 });
