@@ -7,6 +7,12 @@
 /** The name of chaos job `j`: all per-second, transaction mode. */
 export const chaosJobName = (j: number) => `chaos-${String(j).padStart(2, '0')}`;
 
+/** The name of lease-mode chaos job `j` (the failover run's): per-second, lease mode. */
+export const chaosLeaseJobName = (j: number) => `chaos-lease-${String(j).padStart(2, '0')}`;
+
+/** The lease settings of the lease-mode chaos jobs: short, so that a takeover is quick. */
+export const CHAOS_LEASE_JOB = { ttlMs: 3000, workMs: 50 } as const;
+
 /** The one long job the workers contend for with leases. */
 export const CHAOS_LEASE = {
   namespace: 'chaos',

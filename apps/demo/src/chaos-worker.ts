@@ -4,15 +4,22 @@
  * inside its transaction — and contends for one long lease in a loop, writing fenced rows under
  * each token. It reports what it does to the parent as JSON lines on stdout, and takes clock-skew
  * changes from the parent over IPC. It may be killed, stopped and resumed at any moment.
+ *
+ * For the failover run (`pnpm chaos --failover`) it also runs per-second jobs in lease mode (each
+ * run's execution row is a fenced write), reports every fencing token it is granted, and checks
+ * inside every run that the server it writes to is not a standby in recovery.
  */
+import { randomUUID } from 'node:crypto';
 import {
   createScheduler,
   isLockkitError,
   type LockClient,
+  type QueryFn,
+  SCHEDULER_NAMESPACE,
   SCHEDULER_OUTCOMES,
 } from '@lockkit/core';
 import { type AdapterName, connect } from './adapters.js';
-import { CHAOS_LEASE, chaosJobName } from './chaos-plan.js';
+import { CHAOS_LEASE, CHAOS_LEASE_JOB, chaosJobName, chaosLeaseJobName } from './chaos-plan.js';
 
 interface ChaosWorkerConfig {
   readonly adapter: AdapterName;
@@ -21,6 +28,8 @@ interface ChaosWorkerConfig {
   readonly worker: string;
   readonly skewMs: number;
   readonly jobs: number;
+  /** Lease-mode per-second jobs (the failover run's); default none. */
+  readonly leaseJobs?: number;
 }
 
 const say = (message: Record<string, unknown>) =>
@@ -40,15 +49,21 @@ async function leaseLoop(
         CHAOS_LEASE.namespace,
         CHAOS_LEASE.jobKey,
         async (lease) => {
-          say({ type: 'lease-claimed', token: String(lease.token), tookOver: lease.tookOver });
+          say({
+            type: 'lease-claimed',
+            lease: `${CHAOS_LEASE.namespace}/${CHAOS_LEASE.jobKey}`,
+            token: String(lease.token),
+            tookOver: lease.tookOver,
+          });
           for (let step = 0; step < CHAOS_LEASE.steps; step++) {
             await sleep(CHAOS_LEASE.stepMs);
             // No local check of lease.signal first, on purpose: a holder resumed after a stall
             // must be stopped by the fence in the database, and the run counts those refusals.
             try {
-              await lease.fenced((_tx, query) =>
-                query(write, [String(lease.token), config.worker]),
-              );
+              await lease.fenced(async (_tx, query) => {
+                await notOnStandby(query);
+                await query(write, [String(lease.token), config.worker]);
+              });
             } catch (error) {
               if (isLockkitError(error) && error.code === 'LEASE_LOST') {
                 say({ type: 'stale-write-refused', token: String(lease.token) });
@@ -66,6 +81,15 @@ async function leaseLoop(
   }
 }
 
+/**
+ * Reports a run that found itself on a server in recovery (a standby): none may, since a standby
+ * takes no writes and the run's claim is a write.
+ */
+async function notOnStandby(query: QueryFn): Promise<void> {
+  const rows = await query('SELECT pg_is_in_recovery() AS recovery');
+  if (rows[0]?.recovery === true) say({ type: 'ran-on-standby' });
+}
+
 async function main(): Promise<void> {
   const config = JSON.parse(process.argv[2] ?? '{}') as ChaosWorkerConfig;
   let skewMs = config.skewMs;
@@ -78,7 +102,15 @@ async function main(): Promise<void> {
     now: () => Date.now() + skewMs,
     catchUpGraceMs: 3000,
   });
-  const record = `INSERT INTO "${config.schema}".executions (job, tick, worker) VALUES ($1, $2, $3)`;
+  const record = `INSERT INTO "${config.schema}".executions (job, tick, worker, run_id) VALUES ($1, $2, $3, $4)`;
+  // Each attempt's own id, written with its execution row and reported with its 'ran' event: a
+  // run a worker saw committed can then be looked for in the survivor of a failover.
+  const runIds = new Map<string, string>();
+  const runId = (job: string, tick: Date) => {
+    const id = randomUUID();
+    runIds.set(`${job}@${tick.getTime()}`, id);
+    return id;
+  };
   for (let j = 0; j < config.jobs; j++) {
     const name = chaosJobName(j);
     scheduler.register(
@@ -87,16 +119,52 @@ async function main(): Promise<void> {
       async (run) => {
         if (run.mode !== 'transaction') return;
         await sleep(20 + ((j * 37) % 100)); // a short job: 20–120 ms
-        await run.query(record, [name, run.tick.toISOString(), config.worker]);
+        await notOnStandby(run.query);
+        await run.query(record, [
+          name,
+          run.tick.toISOString(),
+          config.worker,
+          runId(name, run.tick),
+        ]);
       },
       // Ticks a fault kept everyone from running are run late, once, rather than lost.
       { catchUp: { withinMs: 120_000 } },
     );
   }
+  for (let j = 0; j < (config.leaseJobs ?? 0); j++) {
+    const name = chaosLeaseJobName(j);
+    scheduler.register(
+      name,
+      '* * * * * *',
+      async (run) => {
+        say({
+          type: 'job-lease-claimed',
+          lease: `${SCHEDULER_NAMESPACE}/${name}`,
+          token: String(run.lease.token),
+          job: name,
+          tick: run.tick.getTime(),
+        });
+        await sleep(CHAOS_LEASE_JOB.workMs);
+        const id = runId(name, run.tick);
+        await run.lease.fenced(async (_tx, query) => {
+          await notOnStandby(query);
+          await query(record, [name, run.tick.toISOString(), config.worker, id]);
+        });
+      },
+      { mode: 'lease', lease: { ttlMs: CHAOS_LEASE_JOB.ttlMs }, catchUp: { withinMs: 120_000 } },
+    );
+  }
   for (const type of [...SCHEDULER_OUTCOMES, 'error'] as const) {
     scheduler.on(type, (event) => {
       const tick = 'tick' in event ? event.tick.getTime() : undefined;
-      say({ type, job: event.job, tick, ...('error' in event && { error: String(event.error) }) });
+      const id = type === 'ran' ? runIds.get(`${event.job}@${tick}`) : undefined;
+      say({
+        type,
+        job: event.job,
+        tick,
+        ...(id && { runId: id }),
+        ...('error' in event && { error: String(event.error) }),
+      });
     });
   }
   await scheduler.start();

@@ -6,6 +6,8 @@
  * observer saw; the last line of `--json` is the verdict.
  *
  *   pnpm chaos [--ticks 600] [--jobs 10] [--workers 4] [--seed N] [--adapter pg] [--json]
+ *
+ * `pnpm chaos --failover` runs the failover mode instead (failover.ts).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
@@ -23,6 +25,8 @@ import {
   type PlannedFault,
   planFaults,
 } from './chaos-plan.js';
+import { createChaosTables, untilDecided } from './chaos-tables.js';
+import { failoverCommand } from './failover.js';
 import { type FaultProxy, startFaultProxy } from './fault-proxy.js';
 import { onJsonLines } from './json-lines.js';
 import { adapterOption, integerOption } from './options.js';
@@ -34,6 +38,7 @@ const USAGE = `Usage: pnpm chaos [options]
   --seed N         the fault schedule's seed (default: random; printed, to replay a run)
   --adapter NAME   ${ADAPTERS.join(' | ')} (default pg)
   --json           print only the verdict, as one JSON object on the last line
+  --failover       a primary/standby failover instead (--failover --help for its options)
 `;
 
 const SCHEMA = 'lockkit_chaos';
@@ -116,6 +121,10 @@ interface AppliedFault {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function main(): Promise<void> {
+  if (process.argv.slice(2).includes('--failover')) {
+    await failoverCommand();
+    return;
+  }
   let o: Options;
   try {
     o = options();
@@ -181,14 +190,7 @@ async function run(
   {
     const client = admin();
     await client.connect();
-    await client.query(
-      `CREATE TABLE "${SCHEMA}".executions (job text NOT NULL, tick timestamptz NOT NULL, worker text NOT NULL,
-         executed_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-    );
-    await client.query(
-      `CREATE TABLE "${SCHEMA}".lease_writes (id bigserial PRIMARY KEY, token bigint NOT NULL, worker text NOT NULL,
-         written_at timestamptz NOT NULL DEFAULT clock_timestamp())`,
-    );
+    await createChaosTables(client, SCHEMA);
     await client.end();
   }
 
@@ -426,7 +428,14 @@ async function run(
   // Faults late in the run leave ticks for catch-up, which a loaded machine reaches later than an
   // idle one. Wait for every judged tick to be decided (run, or recorded with a final status) —
   // an event, not a window — and judge what is still undecided after the drain limit as missed.
-  await untilDecided(o, server.url, judgedWindow(started, judgedSeconds), DRAIN_LIMIT_MS);
+  const jobs = Array.from({ length: o.jobs }, (_, j) => chaosJobName(j));
+  await untilDecided(
+    server.url,
+    SCHEMA,
+    jobs,
+    judgedWindow(started, judgedSeconds),
+    DRAIN_LIMIT_MS,
+  );
 
   // Stop every worker cleanly; then nothing of theirs may be left in the server.
   for (const slot of slots) if (slot.alive && slot.stopped) slot.process?.kill('SIGCONT');
@@ -454,41 +463,6 @@ async function run(
 function judgedWindow(started: number, judgedSeconds: number): { from: number; to: number } {
   const from = Math.ceil((started + WARM_UP_MS) / 1000) * 1000;
   return { from, to: from + (judgedSeconds - 1) * 1000 };
-}
-
-/** Judged ticks that nobody has run yet and whose ledger row, if any, is not final. */
-const UNDECIDED = `
-  SELECT count(*)::int AS n
-    FROM unnest($1::text[]) AS j(job)
-   CROSS JOIN generate_series($2::timestamptz, $3::timestamptz, interval '1 second') AS t(tick)
-   WHERE NOT EXISTS (SELECT 1 FROM "${SCHEMA}".executions e WHERE e.job = j.job AND e.tick = t.tick)
-     AND NOT EXISTS (SELECT 1 FROM "${SCHEMA}".runs r WHERE r.job = j.job AND r.tick = t.tick
-                        AND r.status IN ('SUCCEEDED', 'FAILED', 'SKIPPED_OVERLAP', 'MISSED', 'ABANDONED'))`;
-
-/** Waits until every judged tick is decided, or `limitMs` has passed (the judge then counts them). */
-async function untilDecided(
-  o: Options,
-  url: string,
-  window: { from: number; to: number },
-  limitMs: number,
-): Promise<void> {
-  const client = new pg.Client({ connectionString: url, application_name: 'chaos-drain' });
-  await client.connect();
-  try {
-    const jobs = Array.from({ length: o.jobs }, (_, j) => chaosJobName(j));
-    const deadline = Date.now() + limitMs;
-    while (Date.now() < deadline) {
-      const { rows } = await client.query<{ n: number }>(UNDECIDED, [
-        jobs,
-        new Date(window.from),
-        new Date(window.to),
-      ]);
-      if ((rows[0]?.n ?? 0) === 0) return;
-      await sleep(250);
-    }
-  } finally {
-    await client.end();
-  }
 }
 
 async function judge(

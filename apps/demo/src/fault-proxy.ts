@@ -1,7 +1,9 @@
 /**
  * A TCP proxy between one worker and Postgres that can break the network on demand: `drop()`
  * cuts every connection through it (both ends see a reset), `stall(ms)` stops carrying bytes in
- * both directions — and holds new connections — for `ms`, then delivers what was held.
+ * both directions — and holds new connections — for `ms`, then delivers what was held, and
+ * `switchTo(url)` sends new connections to another server and cuts the open ones (a failover
+ * behind a virtual IP or a pooler).
  */
 import { connect, createServer, type Socket } from 'node:net';
 
@@ -13,14 +15,21 @@ export interface FaultProxy {
   connections(): number;
   drop(): void;
   stall(ms: number): void;
+  /** From now on, connect to the server of `databaseUrl`; every open connection is cut. */
+  switchTo(databaseUrl: string): void;
   close(): Promise<void>;
 }
 
 /** Starts a fault proxy on a free loopback port in front of the server of `databaseUrl`. */
 export async function startFaultProxy(databaseUrl: string): Promise<FaultProxy> {
-  const target = new URL(databaseUrl);
-  const host = target.hostname || '127.0.0.1';
-  const port = Number(target.port || 5432);
+  let host = '';
+  let port = 0;
+  const target = (url: string) => {
+    const parsed = new URL(url);
+    host = parsed.hostname || '127.0.0.1';
+    port = Number(parsed.port || 5432);
+  };
+  target(databaseUrl);
   const pairs = new Set<[Socket, Socket]>();
   let stalledUntil = 0;
   const whenFlowing = (fn: () => void) => {
@@ -91,6 +100,10 @@ export async function startFaultProxy(databaseUrl: string): Promise<FaultProxy> 
     drop,
     stall(ms) {
       stalledUntil = Math.max(stalledUntil, Date.now() + ms);
+    },
+    switchTo(url) {
+      target(url);
+      drop();
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -311,14 +311,17 @@ describe('lockkit leases, runs and watch', () => {
     await locks.runWithLease(
       'exports',
       'monthly',
-      async () => {
+      async (lease) => {
         const leases = run(['leases', '--url', url, '--schema', schema]);
         expect(leases.status).toBe(0);
-        expect(leases.stdout).toMatch(/exports\/monthly\s+1\s+IN_PROGRESS\s+yes/);
+        // The token as the number it is (the first claim on the server's timeline).
+        expect(leases.stdout).toMatch(
+          new RegExp(`exports/monthly\\s+${lease.token}\\s+IN_PROGRESS\\s+yes`),
+        );
         const json = JSON.parse(
           run(['leases', '--url', url, '--schema', schema, '--json']).stdout,
         ) as { held: boolean; token: string }[];
-        expect(json).toEqual([expect.objectContaining({ held: true, token: '1' })]);
+        expect(json).toEqual([expect.objectContaining({ held: true, token: String(lease.token) })]);
       },
       { heartbeat: false, ttlMs: 20_000 },
     );

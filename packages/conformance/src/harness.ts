@@ -41,6 +41,7 @@ export type ConformanceCaseId =
   | 'leases.renewal-keeps-it'
   | 'leases.stalled-holder-loses'
   | 'leases.tokens-increase'
+  | 'leases.token-epoch'
   | 'leases.killed-holder-process'
   | 'leases.bad-options-and-abort'
   | 'leases.claim-keeps-margin'

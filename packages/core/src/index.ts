@@ -74,6 +74,7 @@ export type {
   LeaseResult,
   LeaseTask,
 } from './lease.js';
+export { type FencingTokenParts, tokenParts } from './lease.js';
 export {
   type AcquireOptions,
   createLockClient,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { LockExecutor } from './executor.js';
+import { tokenParts } from './lease.js';
 import { createLockClient } from './lock.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
@@ -58,5 +59,37 @@ describe('runWithLease option checks', () => {
       expect.objectContaining({ code: 'OPTION_INVALID' }),
     );
     expect(() => createLockClient(executor, { schema: 'jobs_2' })).not.toThrow();
+  });
+});
+
+describe('tokenParts', () => {
+  /** The token of claim `sequence` on `timeline`, generation `generation`. */
+  const token = (generation: bigint, timeline: bigint, sequence: bigint) =>
+    (generation << 56n) | (timeline << 36n) | sequence;
+
+  it('takes a token apart: generation, timeline, claims counted on it', () => {
+    expect(tokenParts(0n)).toEqual({ generation: 0, timeline: 0, sequence: 0 });
+    // Issued before tokens carried timelines: a plain count.
+    expect(tokenParts(41n)).toEqual({ generation: 0, timeline: 0, sequence: 41 });
+    expect(tokenParts(1n << 36n)).toEqual({ generation: 0, timeline: 1, sequence: 0 });
+    expect(tokenParts(token(3n, 2n, 5n))).toEqual({ generation: 3, timeline: 2, sequence: 5 });
+    expect(tokenParts(2n ** 63n - 1n)).toEqual({
+      generation: 127,
+      timeline: 2 ** 20 - 1,
+      sequence: 2 ** 36 - 1,
+    });
+  });
+
+  it('orders as the number does: generation, then timeline, then sequence', () => {
+    const lastOfTimeline1 = token(0n, 1n, 2n ** 36n - 1n);
+    expect(token(0n, 2n, 0n)).toBeGreaterThan(lastOfTimeline1);
+    const lastOfGeneration0 = token(0n, 2n ** 20n - 1n, 2n ** 36n - 1n);
+    expect(token(1n, 1n, 0n)).toBeGreaterThan(lastOfGeneration0);
+  });
+
+  it('refuses what is not an int8 token', () => {
+    for (const bad of [-1n, 2n ** 63n, 3 as unknown as bigint]) {
+      expect(() => tokenParts(bad)).toThrow(expect.objectContaining({ code: 'OPTION_INVALID' }));
+    }
   });
 });

@@ -33,8 +33,56 @@ import {
   finishStatement,
   readLeaseStatement,
   renewStatement,
+  TOKEN_SEQUENCE_BITS,
+  TOKEN_TIMELINE_BITS,
 } from './sql/leases.js';
 import type { Statement } from './sql/locks.js';
+
+/**
+ * What a fencing token is made of; see {@link tokenParts}. Tokens compare as whole numbers —
+ * generation first, then timeline, then sequence — and these parts only explain one.
+ */
+export interface FencingTokenParts {
+  /**
+   * Raised each time a claim found the previous token issued on a higher timeline than the
+   * server's: the tables were restored or upgraded onto a new cluster (pg_upgrade starts it at
+   * timeline 1). 0 until then.
+   */
+  readonly generation: number;
+  /**
+   * The WAL timeline of the primary that issued the token: 1 on a server never failed over, one
+   * more after each promotion. 0 for tokens issued before tokens carried timelines.
+   */
+  readonly timeline: number;
+  /** The claims counted on that timeline before this one (0 for the first). */
+  readonly sequence: number;
+}
+
+const SEQUENCE_MASK = (1n << BigInt(TOKEN_SEQUENCE_BITS)) - 1n;
+const TIMELINE_MASK = (1n << BigInt(TOKEN_TIMELINE_BITS)) - 1n;
+
+/**
+ * Takes a fencing token apart. A token is one positive int8: every claim's token is greater than
+ * every earlier claim's, also across a failover to a standby that had not received the newest
+ * claims — the promoted server is on a higher timeline, and a token's timeline sits above its
+ * count of claims. So a holder's token is never issued again to anyone, and compares as a plain
+ * integer; use the parts only to read what happened (a failover shows as a new timeline).
+ *
+ * @example
+ * ```ts
+ * tokenParts(lease.token); // { generation: 0, timeline: 2, sequence: 0 }: the first claim after a failover
+ * ```
+ */
+export function tokenParts(token: bigint): FencingTokenParts {
+  if (typeof token !== 'bigint' || token < 0n || token >= 1n << 63n) {
+    throw new LockkitError('OPTION_INVALID', 'A fencing token is a non-negative int8 bigint.');
+  }
+  return {
+    generation: Number(token >> BigInt(TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS)),
+    timeline: Number((token >> BigInt(TOKEN_SEQUENCE_BITS)) & TIMELINE_MASK),
+    sequence: Number(token & SEQUENCE_MASK),
+  };
+}
 
 /** How to hold a lease. */
 export interface LeaseOptions {
@@ -69,7 +117,11 @@ export interface LeaseOptions {
 export interface LeaseContext<Tx> {
   readonly namespace: string;
   readonly jobKey: string;
-  /** The fencing token: strictly greater than every earlier holder's. */
+  /**
+   * The fencing token: strictly greater than every earlier holder's, and never issued twice, even
+   * across a failover that lost the newest claims (see {@link tokenParts}). Compare it as a
+   * whole; do not assume consecutive holders' tokens differ by one.
+   */
   readonly token: bigint;
   readonly owner: string;
   /** True when this claim took the lease over from a holder that had stopped renewing. */

@@ -120,7 +120,9 @@ describe('lockkitTelemetry', () => {
     await locks.withSessionLock(key, async () => 6);
 
     // Leases: one finished, one lost (its token bumped under it; the next renewal finds it gone).
-    await locks.runWithLease('otel', 'long', async () => 'leased', { heartbeat: false });
+    const long = await locks.runWithLease('otel', 'long', async () => 'leased', {
+      heartbeat: false,
+    });
     await expect(
       locks.runWithLease(
         'otel',
@@ -245,7 +247,10 @@ describe('lockkitTelemetry', () => {
     const leaseSpans = finished.filter((s) => s.name === 'lockkit.lease');
     expect(
       leaseSpans.find((s) => s.attributes['lockkit.job_key'] === 'long')?.attributes,
-    ).toMatchObject({ 'lockkit.namespace': 'otel', 'lockkit.token': '1' });
+    ).toMatchObject({
+      'lockkit.namespace': 'otel',
+      'lockkit.token': String(long.executed ? long.token : 'not run'),
+    });
     expect(leaseSpans.find((s) => s.attributes['lockkit.job_key'] === 'stolen')?.status.code).toBe(
       2,
     );

