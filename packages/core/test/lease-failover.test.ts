@@ -4,12 +4,14 @@
  * needed), a claim the standby never receives, the primary lost, the standby promoted. The
  * successor has the lease row as it was before the lost claim, yet must not issue the lost
  * claim's token again: two holders with one token could not be told apart by a fenced write.
+ * `LOCKKIT_FAILOVER_PG=<dir with bin/initdb, bin/pg_ctl>` runs it on other binaries instead (e.g.
+ * /usr/lib/postgresql/15).
  */
 import { execFile } from 'node:child_process';
 import { appendFile, chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { embeddedBinaries, freePort, type Ids } from '@lockkit/test-db';
+import { embeddedBinaries, freePort, type Ids, postgresUserIds } from '@lockkit/test-db';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenParts } from '../src/lease.js';
@@ -59,7 +61,10 @@ let primaryPort: number;
 let standbyPort: number;
 
 beforeAll(async () => {
-  binaries = await embeddedBinaries();
+  const other = process.env.LOCKKIT_FAILOVER_PG;
+  binaries = other
+    ? { dir: other, ids: postgresUserIds(), release: async () => {} }
+    : await embeddedBinaries();
   parent = await mkdtemp(join(tmpdir(), 'lockkit-failover-'));
   await chmod(parent, 0o755);
   const { uid, gid } = binaries.ids;

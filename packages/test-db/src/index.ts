@@ -9,6 +9,6 @@ export {
   testDatabaseUrl,
   testPgBouncer,
 } from './leaks.js';
-export { freePort, type Ids } from './os-support.js';
+export { freePort, type Ids, postgresUserIds } from './os-support.js';
 export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
 export { createDmlOnlyRole, type TestRole } from './roles.js';
