@@ -22,6 +22,12 @@
  * This holds only while no statement here changes a key column (namespace, job_key) and no unique
  * index covers a column a renewal or finish writes: either would turn those UPDATEs into
  * `FOR UPDATE`, which conflicts with a fence.
+ *
+ * On a hot standby the claim, renewal, finish and fence are each refused before any of their
+ * expressions is evaluated: every one writes or locks a row, which a read-only transaction refuses
+ * at executor start (SQLSTATE 25006). So the claim's `pg_current_wal_lsn()`, which would raise
+ * 55000 in recovery, is never reached there, and a `pg_is_in_recovery()` column could never be
+ * seen true (`test/lease-failover.test.ts` runs all four on a standby).
  */
 import { type Statement, TRANSACTION_STARTED } from './locks.js';
 
