@@ -9,7 +9,7 @@ export {
   testDatabaseUrl,
   testPgBouncer,
 } from './leaks.js';
-export { freePort, type Ids } from './os-support.js';
+export { freePort, type Ids, postgresUserIds } from './os-support.js';
 export { findPgBouncer, type PgBouncer, startPgBouncer } from './pgbouncer.js';
 export {
   type ReplicatedPair,

@@ -22,6 +22,12 @@
  * This holds only while no statement here changes a key column (namespace, job_key) and no unique
  * index covers a column a renewal or finish writes: either would turn those UPDATEs into
  * `FOR UPDATE`, which conflicts with a fence.
+ *
+ * On a hot standby the claim, renewal, finish and fence are each refused before any of their
+ * expressions is evaluated: every one writes or locks a row, which a read-only transaction refuses
+ * at executor start (SQLSTATE 25006). So the claim's `pg_current_wal_lsn()`, which would raise
+ * 55000 in recovery, is never reached there, and a `pg_is_in_recovery()` column could never be
+ * seen true (`test/lease-failover.test.ts` runs all four on a standby).
  */
 import { type Statement, TRANSACTION_STARTED } from './locks.js';
 
@@ -38,8 +44,9 @@ export const MAX_ERROR_LENGTH = 2000;
  * follows, so a claim after a failover exceeds every token the old primary issued, even in a
  * commit the standby never received. A claim on a *lower* timeline than the previous token's —
  * the tables were restored, upgraded with pg_upgrade (which restarts at timeline 1) or copied to
- * another cluster — raises the generation, so tokens still grow, and the next promotion of that
- * cluster again lands above everything before it.
+ * another cluster — raises the generation, so tokens still grow. Rows carry no cluster identity,
+ * so one gap stays: a standby promoted onto the restored row's timeline or above, which never
+ * received any claim of that job made since the restore, takes the row for its own cluster's.
  */
 export const TOKEN_SEQUENCE_BITS = 36;
 /** How many bits of a fencing token, above the sequence, hold the timeline; see {@link TOKEN_SEQUENCE_BITS}. */
@@ -55,8 +62,11 @@ const GENERATION_SHIFT = TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS;
  */
 const CURRENT_TIMELINE = `LEAST(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8, ${TIMELINE_MASK})`;
 
-/** The token a claim issues after `previous` (an int8 expression) on timeline `timeline`. */
-function nextToken(previous: string, timeline: string): string {
+/**
+ * The token a claim issues after `previous` (an int8 expression) on timeline `timeline` (an int8
+ * expression). @internal
+ */
+export function nextToken(previous: string, timeline: string): string {
   const issuedOn = `((${previous} >> ${TOKEN_SEQUENCE_BITS}) & ${TIMELINE_MASK})`;
   return `(CASE WHEN ${issuedOn} = ${timeline} THEN ${previous} + 1
                  ELSE (((${previous} >> ${GENERATION_SHIFT}) + (${issuedOn} > ${timeline})::int) << ${GENERATION_SHIFT})
