@@ -33,10 +33,12 @@ import {
   finishStatement,
   readLeaseStatement,
   renewStatement,
+  type TimelineSource,
   TOKEN_SEQUENCE_BITS,
   TOKEN_TIMELINE_BITS,
 } from './sql/leases.js';
 import type { Statement } from './sql/locks.js';
+import { timelineSource } from './wal-timeline.js';
 
 /**
  * What a fencing token is made of; see {@link tokenParts}. Tokens compare as whole numbers —
@@ -426,9 +428,10 @@ export async function claimLease(
   namespace: string,
   jobKey: string,
   s: LeaseSettings,
+  timeline: TimelineSource,
 ): Promise<ClaimedLease | { holder: LeaseHolder | undefined }> {
   const claimSentAt = performance.now();
-  const claim = claimStatement(schema, namespace, jobKey, s.owner, s.ttlMs);
+  const claim = claimStatement(schema, namespace, jobKey, s.owner, s.ttlMs, timeline);
   const [row] = await query(claim.text, claim.params);
   if (row?.claimed === true) {
     return {
@@ -731,9 +734,10 @@ export function leaseOperations<Tx>(
         { cause: options.signal.reason },
       );
     }
+    const timeline = await timelineSource(executor);
     const claimed = await withTryLock(
       key,
-      (query) => claimLease(query, schema, namespace, jobKey, s),
+      (query) => claimLease(query, schema, namespace, jobKey, s, timeline),
       { statementTimeoutMs: claimStatementTimeoutMs(s) },
     );
     // Another claimer held the job's lock for its own claim: tell who holds the lease now.

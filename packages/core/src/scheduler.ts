@@ -49,6 +49,7 @@ import {
   SAVEPOINT,
 } from './sql/scheduler.js';
 import { TickTimer } from './tick-timer.js';
+import { timelineSource } from './wal-timeline.js';
 
 export { SCHEDULER_NAMESPACE };
 
@@ -1034,6 +1035,7 @@ export class Scheduler<Tx> {
       const started = performance.now();
       let claim: JobResult<LeaseClaim>;
       try {
+        const timeline = await timelineSource(this.locks.executor);
         claim = await this.locks.withLock<LeaseClaim>(
           job.key,
           async (_tx, ctx) => {
@@ -1054,6 +1056,7 @@ export class Scheduler<Tx> {
               this.lockNamespace,
               job.name,
               settings,
+              timeline,
             );
             if ('holder' in lease) {
               // Another tick's run holds the job. A fresh tick waits for it up to claimTimeoutMs

@@ -63,6 +63,21 @@ const GENERATION_SHIFT = TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS;
 const CURRENT_TIMELINE = `LEAST(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8, ${TIMELINE_MASK})`;
 
 /**
+ * Where a claim reads its epoch: `'wal'`, the server's current WAL timeline (above); `'none'`, on
+ * an engine that does not expose its WAL position to SQL (Aurora PostgreSQL answers
+ * `pg_current_wal_lsn()` with "not supported"), the timeline of the row's own token, so tokens
+ * count up by one with no epoch of their own. See {@link TIMELINE_PROBE_STATEMENT}.
+ */
+export type TimelineSource = 'wal' | 'none';
+
+/**
+ * Asks whether this server exposes its WAL timeline to SQL: one row, `timeline`, when it does.
+ * Raises on a standby (55000) and on engines that do not support the functions (0A000), or when
+ * the role may not call them (42501).
+ */
+export const TIMELINE_PROBE_STATEMENT = `SELECT ${CURRENT_TIMELINE} AS timeline`;
+
+/**
  * The token a claim issues after `previous` (an int8 expression) on timeline `timeline` (an int8
  * expression). @internal
  */
@@ -92,7 +107,12 @@ export function claimStatement(
   jobKey: string,
   owner: string,
   ttlMs: number,
+  timeline: TimelineSource = 'wal',
 ): Statement {
+  const currentTimeline =
+    timeline === 'wal'
+      ? CURRENT_TIMELINE
+      : `COALESCE((SELECT (token >> ${TOKEN_SEQUENCE_BITS}) & ${TIMELINE_MASK} FROM current), 0)`;
   return {
     // `current` is the row as this statement's snapshot sees it, unlocked. `target` is the same
     // row only if it is claimable *and* nobody holds a lock on it: a renewal or finish in flight
@@ -100,11 +120,11 @@ export function claimStatement(
     // READ COMMITTED, FOR UPDATE re-checks the newest committed version, so a renewal that
     // committed after the snapshot is seen. Exactly one of `taken`, `created` or the fallback row
     // comes back.
-    text: `WITH timeline AS MATERIALIZED (SELECT ${CURRENT_TIMELINE} AS id),
-           current AS MATERIALIZED (
+    text: `WITH current AS MATERIALIZED (
              SELECT token, status, owner, expires_at FROM ${schema}.leases
               WHERE namespace = $1 AND job_key = $2
            ),
+           timeline AS MATERIALIZED (SELECT ${currentTimeline} AS id),
            target AS MATERIALIZED (
              SELECT status FROM ${schema}.leases
               WHERE namespace = $1 AND job_key = $2
