@@ -31,6 +31,7 @@ import {
 } from './lease.js';
 import { Ledger, type LedgerJob, type RunRecord, scheduleHash, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
+import { fromPostgresError } from './postgres-errors.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import {
@@ -1190,7 +1191,10 @@ export class Scheduler<Tx> {
   ): Promise<T> {
     const fence = fenceStatement(this.schema, this.lockNamespace, job, token);
     return this.locks.executor.transaction(async ({ query, tx }) => {
-      if ((await query(fence.text, fence.params)).length === 0) {
+      const held = await query(fence.text, fence.params).catch((error: unknown) => {
+        throw fromPostgresError(error, `fenced write of job ${job}`);
+      });
+      if (held.length === 0) {
         throw new LeaseLostError(
           `fenced write refused: job ${job} is no longer held under token ${token}.`,
           token,

@@ -13,9 +13,13 @@ import {
   NotPrimaryError,
   type SchedulerEvent,
 } from '@lockkit/core';
+import pg from 'pg';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { type ConformanceAdapter, randomKey, rejection, type StandbyServer } from '../harness.js';
 import { caseIt, type Fixture, useFixture } from '../suite.js';
+
+/** The schema of a shadowing `pg_is_in_recovery()` (created on the primary before it is a standby). */
+const SHADOW = 'lockkit_conformance_shadow';
 
 /** Fails unless `error` is the refusal of a server in recovery. */
 function expectRefused(error: unknown): void {
@@ -48,6 +52,18 @@ export function standbyCases<Tx, Session>(
           await createLockClient(instance.executor).migrate();
         } finally {
           await instance.close();
+        }
+        // A function that says "not in recovery", for a search_path that puts it ahead of
+        // pg_catalog (replicated to the standby like any object of the primary).
+        const admin = new pg.Client({ connectionString: primaryUrl });
+        await admin.connect();
+        try {
+          await admin.query(`CREATE SCHEMA IF NOT EXISTS ${SHADOW}`);
+          await admin.query(
+            `CREATE OR REPLACE FUNCTION ${SHADOW}.pg_is_in_recovery() RETURNS boolean LANGUAGE sql AS 'SELECT false'`,
+          );
+        } finally {
+          await admin.end();
         }
       },
     });
@@ -85,6 +101,39 @@ export function standbyCases<Tx, Session>(
           ),
         );
       }
+      expect(ran).toBe(0);
+    },
+  );
+
+  caseIt(
+    adapter,
+    'standby.recovery-check-not-shadowed',
+    'a pg_is_in_recovery() of its own ahead of pg_catalog on the search_path (answering false) does not fool the check: still refused',
+    async () => {
+      const f = fixture();
+      const url = new URL(standbyUrl());
+      url.searchParams.set('options', `-c search_path=${SHADOW},pg_catalog`);
+      const shadowed = createLockClient(f.newInstance(2, url.toString()).executor);
+      let ran = 0;
+      const { namespace, jobKey } = randomKey().names as { namespace: string; jobKey: string };
+      expectRefused(
+        await rejection(
+          shadowed.runExclusiveJob(namespace, jobKey, async () => {
+            ran++;
+          }),
+        ),
+      );
+      expectRefused(
+        await rejection(
+          shadowed.withLock(
+            randomKey(),
+            async () => {
+              ran++;
+            },
+            { wait: true, timeoutMs: 5000 },
+          ),
+        ),
+      );
       expect(ran).toBe(0);
     },
   );
@@ -156,7 +205,7 @@ export function standbyCases<Tx, Session>(
   caseIt(
     adapter,
     'standby.lease',
-    'runWithLease on a standby is refused with NotPrimaryError, and the task never runs',
+    'runWithLease and withFencedWrite on a standby are refused with NotPrimaryError, and the task never runs',
     async () => {
       const f = fixture();
       let ran = 0;
@@ -167,6 +216,14 @@ export function standbyCases<Tx, Session>(
         }),
       );
       expect(error).toBeInstanceOf(NotPrimaryError);
+      // A fenced write reaching a standby (the holder's connection moved to a replica) is refused
+      // the same way, typed, and its task does not run.
+      const fenced = await rejection(
+        f.locks.withFencedWrite({ namespace, jobKey, token: 1n }, async () => {
+          ran++;
+        }),
+      );
+      expect(fenced).toBeInstanceOf(NotPrimaryError);
       expect(ran).toBe(0);
     },
   );

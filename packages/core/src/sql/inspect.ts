@@ -142,7 +142,7 @@ export function latestRunsStatement(schema: string, perJob: number, overall: num
  * `reset_val` says whether it was set at all.
  */
 export const SERVER_FACTS = `
-  SELECT pg_is_in_recovery() AS standby, pg_backend_pid() AS pid,
+  SELECT pg_catalog.pg_is_in_recovery() AS standby, pg_backend_pid() AS pid,
          (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms,
          current_setting('server_version') AS version,
          current_setting('idle_in_transaction_session_timeout') AS idle_in_transaction_session_timeout,

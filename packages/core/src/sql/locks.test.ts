@@ -30,7 +30,7 @@ describe('inlined statements', () => {
         (key, mode, ms) => {
           const text = inlineTryLockStatement(key, mode, [['statement_timeout', ms]]);
           expect(text).toMatch(
-            /^SELECT pg_backend_pid\(\) AS pid, set_config\('statement_timeout', '\d+', true\) AS s0, CASE WHEN pg_is_in_recovery\(\) THEN NULL ELSE pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) END AS acquired, extract\(epoch FROM transaction_timestamp\(\)\)::text AS began, pg_is_in_recovery\(\) AS in_recovery$/,
+            /^SELECT pg_backend_pid\(\) AS pid, set_config\('statement_timeout', '\d+', true\) AS s0, CASE WHEN pg_catalog\.pg_is_in_recovery\(\) THEN NULL ELSE pg_try_advisory_xact_lock(_shared)?\((\(-?\d+\)::int4, \(-?\d+\)::int4|\(-?\d+\)::int8)\) END AS acquired, extract\(epoch FROM transaction_timestamp\(\)\)::text AS began, pg_catalog\.pg_is_in_recovery\(\) AS in_recovery$/,
           );
         },
       ),
@@ -55,11 +55,11 @@ describe('parameterised statements', () => {
   it('pick the function for scope, mode and waiting, with typed parameters', () => {
     const pair = LockKey.fromPair(-5, 7);
     expect(lockStatement(pair, 'transaction', 'exclusive', false)).toEqual({
-      text: 'SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_try_advisory_xact_lock($1::int4, $2::int4) END AS acquired, pg_is_in_recovery() AS in_recovery',
+      text: 'SELECT CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL ELSE pg_try_advisory_xact_lock($1::int4, $2::int4) END AS acquired, pg_catalog.pg_is_in_recovery() AS in_recovery',
       params: [-5, 7],
     });
     expect(lockStatement(pair, 'session', 'shared', true)).toEqual({
-      text: 'SELECT pg_backend_pid() AS pid, CASE WHEN pg_is_in_recovery() THEN NULL ELSE (SELECT true FROM pg_advisory_lock_shared($1::int4, $2::int4)) END AS acquired, pg_is_in_recovery() AS in_recovery',
+      text: 'SELECT pg_backend_pid() AS pid, CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL ELSE (SELECT true FROM pg_advisory_lock_shared($1::int4, $2::int4)) END AS acquired, pg_catalog.pg_is_in_recovery() AS in_recovery',
       params: [-5, 7],
     });
     const int8 = LockKey.fromBigInt(-(2n ** 63n));
@@ -75,7 +75,7 @@ describe('a lock proves itself where it is taken', () => {
   const modes = ['exclusive', 'shared'] as const;
   /** The lock function's call comes only after the recovery check, in the same statement. */
   const checkedFirst = (text: string) => {
-    const check = text.indexOf('pg_is_in_recovery()');
+    const check = text.indexOf('pg_catalog.pg_is_in_recovery()');
     const lock = text.search(/pg_(try_)?advisory_(xact_)?lock/);
     expect(check).toBeGreaterThan(-1);
     expect(lock).toBeGreaterThan(check);
@@ -92,7 +92,7 @@ describe('a lock proves itself where it is taken', () => {
       }
       for (const wait of [false, true]) {
         const { text } = guardedSessionLockStatement(key, mode, wait, 42);
-        expect(text).toContain(`AND NOT pg_is_in_recovery() THEN`);
+        expect(text).toContain(`AND NOT pg_catalog.pg_is_in_recovery() THEN`);
         expect(text).toContain(`, ${IN_RECOVERY}`);
         // The pid prefix stays first: executors learn their backend from it.
         expect(text.startsWith('SELECT pg_backend_pid() AS pid, ')).toBe(true);
@@ -111,7 +111,7 @@ describe('a lock proves itself where it is taken', () => {
     for (const mode of modes) {
       const text = oneTripTryLockStatement(key, mode, []);
       expect(text).toContain(
-        `CASE WHEN pg_is_in_recovery() THEN '${STANDBY_MARKER}' WHEN pg_try_advisory_xact_lock`,
+        `CASE WHEN pg_catalog.pg_is_in_recovery() THEN '${STANDBY_MARKER}' WHEN pg_try_advisory_xact_lock`,
       );
       expect(text).toContain(`ELSE '${SKIP_MARKER}' END)::boolean AS acquired`);
       checkedFirst(text);

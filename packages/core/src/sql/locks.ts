@@ -60,14 +60,14 @@ export const TRANSACTION_STARTED_STATEMENT = `SELECT ${TRANSACTION_STARTED}`;
  * replica would hold "the" lock at once. Reported by the very statement that takes the lock (no
  * round trip of its own), so that the lock proves itself where it is taken.
  */
-export const IN_RECOVERY = 'pg_is_in_recovery() AS in_recovery';
+export const IN_RECOVERY = 'pg_catalog.pg_is_in_recovery() AS in_recovery';
 
 /**
  * `call` (a lock function's call) evaluated only on a server that is not in recovery: on a
  * standby the expression is NULL and no lock is taken, so there is nothing to release.
  */
 export function onPrimary(call: string): string {
-  return `CASE WHEN pg_is_in_recovery() THEN NULL ELSE ${call} END`;
+  return `CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL ELSE ${call} END`;
 }
 
 /** Largest value Postgres accepts for a millisecond timeout setting (INT_MAX). */
@@ -172,7 +172,7 @@ export function oneTripTryLockStatement(
   settings: readonly SettingValue[],
 ): string {
   const fn = lockFunction('transaction', mode, false);
-  const decision = `(CASE WHEN pg_is_in_recovery() THEN '${STANDBY_MARKER}' WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
+  const decision = `(CASE WHEN pg_catalog.pg_is_in_recovery() THEN '${STANDBY_MARKER}' WHEN ${fn}(${inlineKeyArguments(key)}) THEN 'true' ELSE '${SKIP_MARKER}' END)::boolean AS acquired`;
   return `SELECT ${[...inlineSettings(settings), decision, TRANSACTION_STARTED].join(', ')}`;
 }
 
@@ -207,7 +207,7 @@ export function guardedSessionLockStatement(
   const call = wait ? `(SELECT true FROM ${fn}(${args.text}))` : `${fn}(${args.text})`;
   const pid = `$${args.params.length + 1}::int4`;
   return {
-    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} AND NOT pg_is_in_recovery() THEN ${call} END AS acquired, ${IN_RECOVERY}`,
+    text: `${BACKEND_PID}, CASE WHEN pg_backend_pid() = ${pid} AND NOT pg_catalog.pg_is_in_recovery() THEN ${call} END AS acquired, ${IN_RECOVERY}`,
     params: [...args.params, driverPid],
   };
 }
