@@ -34,7 +34,8 @@ export interface RoundTripProxy {
    */
   lastTransactionStatus(): string | undefined;
   /**
-   * Arms a one-shot trap: the next `COMMIT` a client sends is passed to the server, but the
+   * Arms a one-shot trap: the next `COMMIT` a client sends (a simple query, a Parse, or the Bind of
+   * a statement the connection prepared as COMMIT) is passed to the server, but the
    * server's answer is withheld and, once the server has answered (so the commit is done), the
    * link is cut both ways. Resolves when the link has been cut: the client sent COMMIT and never
    * heard back — the outcome it must report as unknown.
@@ -134,6 +135,8 @@ export async function startRoundTripProxy(
     let doomed: (() => void) | undefined;
     // Client bytes held back (a cancel), in order, until the hold is released.
     let holding: Buffer[] | undefined;
+    // Names of the statements this connection prepared as COMMIT.
+    const preparedCommits = new Set<string>();
     const fromServer = new MessageCounter((type, firstByte) => {
       if (type !== 0x5a /* Z */) return;
       // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
@@ -165,7 +168,20 @@ export async function startRoundTripProxy(
           if (outstanding === 0) trips++;
           outstanding++;
         }
-        if (commitTrap && isCommit(type, body)) {
+        // A named statement prepared once (postgres.js's `prepare: true`) is later run by a
+        // Bind alone: remember which names are COMMITs.
+        let commit = isCommit(type, body);
+        if (type === 0x50 /* P */ && commit) {
+          const name = body.subarray(0, body.indexOf(0)).toString('utf8');
+          if (name !== '') preparedCommits.add(name);
+        } else if (type === 0x42 /* B */) {
+          const portalEnd = body.indexOf(0);
+          const name = body
+            .subarray(portalEnd + 1, body.indexOf(0, portalEnd + 1))
+            .toString('utf8');
+          commit = name !== '' && preparedCommits.has(name);
+        }
+        if (commitTrap && commit) {
           doomed = commitTrap;
           commitTrap = undefined;
         }

@@ -22,11 +22,14 @@
 
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
-import { LeaseLostError, LockkitError } from './errors.js';
+import { isConnectionLoss } from './connection-loss.js';
+import { isLockkitError, LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
 import { LockKey } from './keys.js';
+import { fromPostgresError } from './postgres-errors.js';
 import {
   claimStatement,
   fenceStatement,
@@ -408,6 +411,16 @@ export interface ClaimedLease extends LeaseRef {
   readonly claimSentAt: number;
 }
 
+/** Pauses between a lease's record attempts after a lost connection: from, doubling up to. */
+const RECORD_RETRY_MS = [25, 400] as const;
+
+/** A lost connection, or a COMMIT whose answer never came: the record may be asked for again. */
+function lostConnection(error: unknown): boolean {
+  if (isLockkitError(error))
+    return error.code === 'CONNECTION_LOST' || error.code === 'COMMIT_OUTCOME_UNKNOWN';
+  return isConnectionLoss(error);
+}
+
 /** The holder described by a lease row, when the row has one (an IN_PROGRESS lease). */
 function holderOf(row: Row | undefined): LeaseHolder | undefined {
   if (row?.status !== 'IN_PROGRESS') return undefined;
@@ -464,7 +477,11 @@ export async function fencedWrite<Tx, T>(
   try {
     return await executor.transaction(async (ctx) => {
       const { query, tx } = ctx;
-      const fenced = await query(fence.text, fence.params);
+      // The fence's own failure is lockkit's to name (a standby refuses it with 25006); the
+      // task's errors stay the task's.
+      const fenced = await query(fence.text, fence.params).catch((error: unknown) => {
+        throw fromPostgresError(error, what);
+      });
       if (fenced.length === 0) {
         throw new LeaseLostError(
           `fenced write refused: ${lease.namespace}/${lease.jobKey} is no longer held under token ${lease.token}.`,
@@ -558,7 +575,7 @@ export async function holdLease<Tx, T>(
     lose(beats.deadlineReason());
     return 0;
   };
-  const record = async (outcome: { failed: false } | { failed: true; error: string }) => {
+  const recordOnce = async (outcome: { failed: false } | { failed: true; error: string }) => {
     const finish = finishStatement(schema, namespace, jobKey, token, outcome);
     return executor.transaction(async ({ query }) => {
       // The lease's own record first: when it is refused, nothing else is written either.
@@ -568,6 +585,39 @@ export async function holdLease<Tx, T>(
       }
       return true;
     });
+  };
+  // The record's connection can die under it — a failover, a pooler or server restart — before
+  // or after its COMMIT reached the server. Giving up then would leave the run IN_PROGRESS until
+  // the lease expires, and a finished run would be run again. So, while the lease still holds,
+  // the holder asks again on a new connection: its token's row already finished means the record
+  // committed (only this token's holder finishes it); still IN_PROGRESS under its token means it
+  // did not, and it records again; another token means the lease was lost.
+  const read = readLeaseStatement(schema, namespace, jobKey);
+  const record = async (outcome: { failed: false } | { failed: true; error: string }) => {
+    let lastLoss: unknown;
+    let pauseMs: number = RECORD_RETRY_MS[0];
+    for (;;) {
+      try {
+        if (lastLoss !== undefined) {
+          const [row] = await executor.transaction(({ query }) => query(read.text, read.params));
+          if (
+            row?.token === undefined ||
+            row.token === null ||
+            BigInt(row.token as string) !== token
+          )
+            return false;
+          if (row.status !== 'IN_PROGRESS')
+            return row.status === (outcome.failed ? 'FAILED' : 'COMPLETED');
+        }
+        return await recordOnce(outcome);
+      } catch (error) {
+        if (!lostConnection(error)) throw error;
+        lastLoss = error;
+      }
+      if (remainingMs() <= 0) throw lastLoss;
+      await sleep(pauseMs);
+      pauseMs = Math.min(pauseMs * 2, RECORD_RETRY_MS[1]);
+    }
   };
 
   // A claim answered late — a slow link, a stalled process — is given back rather than started

@@ -96,4 +96,19 @@ describe('token arithmetic', () => {
     expect(tokenParts(restored as bigint)).toEqual({ generation: 1, timeline: 1, sequence: 0 });
     expect(legacy).toBe(1n << 36n);
   });
+  it('never overflows into a negative token: at generation 127 a claim on a lower timeline counts up by one', async () => {
+    // A timeline history that keeps going down (a stub, tables copied back and forth) raises the
+    // generation each time; past 127 it would carry into the sign bit.
+    let previous = token(126, 2, 5n);
+    const seen: bigint[] = [];
+    for (const timeline of [1, 2, 1, 2, 1]) {
+      const [n] = await next([[previous, timeline]]);
+      if (n === undefined) throw new Error('no token');
+      expect(n).toBeGreaterThan(previous);
+      previous = n;
+      seen.push(n);
+    }
+    expect(seen.every((t) => t > 0n && t < 2n ** 63n)).toBe(true);
+    expect(tokenParts(previous).generation).toBe(127);
+  });
 });

@@ -16,8 +16,9 @@ import {
   LockKey,
   tokenParts,
 } from '@lockkit/core';
-import { expect, it } from 'vitest';
+import { expect, it, onTestFinished } from 'vitest';
 import { aborted, type ConformanceAdapter, gate, rejection } from '../harness.js';
+import { startRoundTripProxy } from '../proxy.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 import { leaseFuzzCases } from './lease-fuzz.js';
 import { leaseRaceCases } from './lease-races.js';
@@ -362,6 +363,46 @@ export function leaseCases<Tx, Session>(
     return;
   }
   const workerModule = adapter.workerModule;
+  test(
+    'leases.finish-survives-a-lost-reply',
+    "the link dies after the finish's COMMIT was sent (as in a failover): the holder asks again on a new connection while its lease holds, finds its run recorded, and reports it done — the job is free, not left to expire and run again",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const { namespace, jobKey } = job();
+        const proxy = await startRoundTripProxy(f.url);
+        // Closed after the fixture's checks, which may still talk through it.
+        onTestFinished(() => proxy.close());
+        {
+          const locks = createLockClient(f.newInstance(2, proxy.url).executor, { schema });
+          let cut: Promise<void> | undefined;
+          const run = await locks.runWithLease(
+            namespace,
+            jobKey,
+            async () => {
+              // The next COMMIT is the finish's (renewals come every ttlMs / 3: not before it).
+              cut = proxy.holdCommitReply();
+              return 'done';
+            },
+            { ttlMs: 30_000 },
+          );
+          await cut;
+          expect(run).toMatchObject({ executed: true, result: 'done' });
+          const [row] = await f.observer.query<{ status: string; token: string }>(
+            `SELECT status, token::text AS token FROM "${schema}".leases WHERE namespace = $1 AND job_key = $2`,
+            [namespace, jobKey],
+          );
+          expect(row?.status).toBe('COMPLETED');
+          if (!run.executed) throw new Error('unreachable');
+          expect(row?.token).toBe(String(run.token));
+          // Free at once: the next claim does not wait 30 s for an expiry.
+          const next = await locks.runWithLease(namespace, jobKey, () => 'again');
+          expect(next).toMatchObject({ executed: true, result: 'again' });
+        }
+      }),
+    30_000,
+  );
+
   test(
     'leases.token-epoch',
     'a failover that lost the newest claim (the row rewound, a timeline later) never gets its token issued again; tokens from before timelines, or from a restored higher timeline, still increase',

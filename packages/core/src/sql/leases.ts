@@ -53,6 +53,8 @@ export const TOKEN_SEQUENCE_BITS = 36;
 export const TOKEN_TIMELINE_BITS = 20;
 const TIMELINE_MASK = 2 ** TOKEN_TIMELINE_BITS - 1;
 const GENERATION_SHIFT = TOKEN_SEQUENCE_BITS + TOKEN_TIMELINE_BITS;
+/** The largest generation a token can hold (7 bits, the int8's sign bit left clear). */
+const MAX_GENERATION = 127;
 
 /**
  * The timeline this server writes WAL on now, from its current WAL insert position (the first 8
@@ -83,7 +85,10 @@ export const TIMELINE_PROBE_STATEMENT = `SELECT ${CURRENT_TIMELINE} AS timeline`
  */
 export function nextToken(previous: string, timeline: string): string {
   const issuedOn = `((${previous} >> ${TOKEN_SEQUENCE_BITS}) & ${TIMELINE_MASK})`;
+  // The generation has 7 bits: at 127, a claim on a lower timeline just counts up by one (a
+  // higher generation would overflow int8 into negative tokens).
   return `(CASE WHEN ${issuedOn} = ${timeline} THEN ${previous} + 1
+                 WHEN ${issuedOn} > ${timeline} AND (${previous} >> ${GENERATION_SHIFT}) >= ${MAX_GENERATION} THEN ${previous} + 1
                  ELSE (((${previous} >> ${GENERATION_SHIFT}) + (${issuedOn} > ${timeline})::int) << ${GENERATION_SHIFT})
                       | (${timeline} << ${TOKEN_SEQUENCE_BITS}) END)`;
 }
