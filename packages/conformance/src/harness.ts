@@ -113,6 +113,8 @@ export type ConformanceCaseId =
   | 'engine.stub-refused'
   | 'engine.stub-refused-on-one-connection'
   | 'standby.run-exclusive-job'
+  | 'transaction.abort-while-queued'
+  | 'session.abort-while-queued'
   | 'standby.recovery-check-not-shadowed'
   | 'standby.with-lock'
   | 'standby.session-lock'

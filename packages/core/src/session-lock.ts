@@ -81,7 +81,10 @@ export async function sessionLock<Tx, Session, T>(
   const p = plan(callOptions, false);
   if (p.signal?.aborted) throw abortedError(p.signal);
   // Once per client, before the first lock is trusted: is this server's lock real?
-  if (!engine.trust.trusted) await engine.trust.ensure();
+  if (!engine.trust.trusted) {
+    await engine.trust.ensure();
+    if (p.signal?.aborted) throw abortedError(p.signal);
+  }
   let connection: SessionContext<Session> | undefined;
   const tracker = track(engine.emit, key, 'session', p.mode, p.wait);
   const cancels: Promise<void>[] = [];
@@ -148,6 +151,12 @@ export async function sessionLock<Tx, Session, T>(
         if (row.acquired !== true) {
           tracker.skipped();
           return SKIPPED;
+        }
+        // Got it, but the caller gave up while the call waited for its connection: the task
+        // does not start, and the session lock is given back.
+        if (p.signal?.aborted) {
+          await release(engine, ctx, key, p.mode, holderPid, undefined);
+          throw abortedError(p.signal);
         }
       }
       tracker.acquired();

@@ -44,7 +44,10 @@ export async function transactionLock<Tx, Session, T>(
   const p = plan({ ...engine.defaults, ...callOptions }, true);
   if (p.signal?.aborted) throw abortedError(p.signal);
   // Once per client, before the first lock is trusted: is this server's lock real?
-  if (!engine.trust.trusted) await engine.trust.ensure();
+  if (!engine.trust.trusted) {
+    await engine.trust.ensure();
+    if (p.signal?.aborted) throw abortedError(p.signal);
+  }
   let connection: TransactionContext<Tx> | undefined;
 
   const settings: SettingValue[] = [...p.settings];
@@ -84,6 +87,9 @@ export async function transactionLock<Tx, Session, T>(
         tracker.skipped();
         return SKIPPED;
       }
+      // Got it, but the caller gave up while the call waited for its connection: the task does
+      // not start, and the rollback releases the lock.
+      if (p.signal?.aborted) throw abortedError(p.signal);
     }
     tracker.acquired();
     const result = await runTask(task, ctx.tx, key, ctx.query, ctx, p.signal);

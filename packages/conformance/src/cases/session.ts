@@ -230,4 +230,39 @@ export function sessionCases<Tx, Session>(
       expect((await f.locks.withSessionLock(randomKey(), async () => 2)).executed).toBe(true);
     },
   );
+
+  test(
+    'session.abort-while-queued',
+    'a signal aborted while a session call waits for a pooled connection: once it has one and the lock, the task does not start; the call rejects ABORTED and the lock is released',
+    async () => {
+      const f = fixture();
+      const locks = createLockClient(f.newInstance(1).executor, { engineSelfTest: false });
+      const release = gate();
+      const started = gate();
+      const holder = locks.withSessionLock(randomKey(), async () => {
+        started.open();
+        await release.promise;
+      });
+      await started.promise;
+      const controller = new AbortController();
+      const key = randomKey();
+      let ran = false;
+      const queued = rejection(
+        locks.withSessionLock(
+          key,
+          async () => {
+            ran = true;
+          },
+          { signal: controller.signal },
+        ),
+      );
+      controller.abort(new Error('the caller gave up'));
+      release.open();
+      expect((await holder).executed).toBe(true);
+      const error = await queued;
+      expect((error as { code?: string }).code, String(error)).toBe('ABORTED');
+      expect(ran).toBe(false);
+      expect((await f.locks.withSessionLock(key, async () => 'free')).executed).toBe(true);
+    },
+  );
 }

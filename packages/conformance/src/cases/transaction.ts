@@ -400,4 +400,40 @@ export function transactionCases<Tx, Session>(
       expect((await f.instance.checkedOut?.()) ?? 0).toBe(0);
     },
   );
+
+  test(
+    'transaction.abort-while-queued',
+    'a signal aborted while the call waits for a pooled connection: once it has one and the lock, the task does not start; the call rejects ABORTED and the lock is released',
+    async () => {
+      const f = fixture();
+      // A pool of one, held by another call: the next call queues for the connection.
+      const locks = createLockClient(f.newInstance(1).executor, { engineSelfTest: false });
+      const release = gate();
+      const started = gate();
+      const holder = locks.withLock(randomKey(), async () => {
+        started.open();
+        await release.promise;
+      });
+      await started.promise;
+      const controller = new AbortController();
+      const key = randomKey();
+      let ran = false;
+      const queued = rejection(
+        locks.withLock(
+          key,
+          async () => {
+            ran = true;
+          },
+          { signal: controller.signal },
+        ),
+      );
+      controller.abort(new Error('the caller gave up'));
+      release.open();
+      expect((await holder).executed).toBe(true);
+      const error = await queued;
+      expect(isLockkitError(error) && error.code, String(error)).toBe('ABORTED');
+      expect(ran).toBe(false);
+      expect((await f.locks.withLock(key, async () => 'free')).executed).toBe(true);
+    },
+  );
 }
