@@ -1,28 +1,34 @@
 import { fileURLToPath } from 'node:url';
 import { runConformance } from '@lockkit/conformance';
+import { isConnectionLoss } from '@lockkit/core/adapter';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import postgres from 'postgres';
 import { type PostgresReservedLike, postgresExecutor } from '../src/index.js';
 
 /**
- * A postgres.js instance whose reserved connections are counted. A connection whose backend died
- * is deliberately never released (postgres.js would crash reusing it; it reconnects the slot on
- * its own), so "checked out" counts the unreleased reserves whose backend is still alive.
+ * A postgres.js instance whose reserved connections are counted. A connection that died is
+ * deliberately never released (postgres.js would crash reusing it; it reconnects the slot on its
+ * own), so "checked out" counts the unreleased reserves that are still alive: whose backend still
+ * exists, and which have not failed with a lost connection themselves (through PgBouncer, a client
+ * link that died leaves its server backend alive in the pooler's pool).
  */
 function instance(url: string, poolSize: number, prepare: boolean, transactionPooler: boolean) {
   const sql = postgres(url, { max: poolSize, prepare, onnotice: () => {} });
-  const open = new Map<PostgresReservedLike, { pid?: number | undefined }>();
+  const open = new Map<PostgresReservedLike, { pid?: number | undefined; dead?: boolean }>();
   const counted = {
     unsafe: sql.unsafe.bind(sql),
     options: sql.options,
     reserve: async () => {
       const reserved = await sql.reserve();
-      const entry: { pid?: number | undefined } = {};
+      const entry: { pid?: number | undefined; dead?: boolean } = {};
       open.set(reserved, entry);
       const unsafe = reserved.unsafe.bind(reserved);
       reserved.unsafe = ((text: string, params?: never[]) => {
         const pending = unsafe(text, params);
+        void Promise.resolve(pending).catch((error: unknown) => {
+          if (isConnectionLoss(error)) entry.dead = true;
+        });
         if (entry.pid === undefined && text.includes('pg_backend_pid() AS pid')) {
           void Promise.resolve(pending).then(
             (result: unknown) => {
@@ -49,8 +55,9 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
   return {
     executor: postgresExecutor(counted, { transactionPooler }),
     checkedOut: async () => {
-      if (open.size === 0) return 0;
-      const pids = [...open.values()].map((e) => e.pid ?? -1);
+      const live = [...open.values()].filter((e) => e.dead !== true);
+      if (live.length === 0) return 0;
+      const pids = live.map((e) => e.pid ?? -1);
       const alive = await sql<{ pid: number }[]>`
         SELECT pid FROM pg_stat_activity WHERE pid = ANY(${pids}::int4[])`;
       return pids.filter((pid) => pid === -1 || alive.some((a) => a.pid === pid)).length;
