@@ -96,7 +96,10 @@ beforeAll(async () => {
   // A cleanly shut-down cluster is a valid base backup: copy it as the standby.
   await start('primary');
   await stop('primary', 'fast');
-  await run('cp', ['-a', dataOf('primary'), dataOf('standby')], binaries.ids);
+  // As this process's user, not the server's: the server's user may not be able to reach a `cp`
+  // on this process's PATH (CI's README pass runs on a PATH of folders only root can enter), and
+  // `-a` keeps the files' owner either way.
+  await run('cp', ['-a', dataOf('primary'), dataOf('standby')], {});
   await appendFile(
     join(dataOf('standby'), 'postgresql.conf'),
     `port = ${standbyPort}\nprimary_conninfo = 'host=127.0.0.1 port=${primaryPort} user=postgres application_name=standby'\n`,
