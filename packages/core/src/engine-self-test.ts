@@ -172,6 +172,20 @@ export async function runEngineSelfTest(
       server,
       elapsedMs: performance.now() - started,
     });
+    // The verdict of a check made on the first session's backend alone: `seen`'s `pair_seen` and
+    // `int8_seen` say whether pg_locks shows both keys granted to it; `why` says why one session.
+    const oneSession = (seen: Row, why: string) =>
+      seen.pair_seen === true && seen.int8_seen === true
+        ? result(
+            'one-session',
+            true,
+            `the lock is in pg_locks, granted to the session's own backend ${String(holder.pid)} (checked on one session only: ${why})`,
+          )
+        : result(
+            'one-session',
+            false,
+            `the lock is not in pg_locks, though the session was told it had it (checked on one session only: ${why})`,
+          );
     if (holder.pair !== true || holder.int8 !== true) {
       next.resolve(undefined);
       await a;
@@ -215,18 +229,10 @@ export async function runEngineSelfTest(
         // "second" session holds what the first does — but then its row is the one-session check.
         next.resolve(undefined);
         await a;
-        const why = `both transactions ran on backend ${String(holder.pid)}: the executor shares one connection`;
-        return outcome.row.pair_seen === true && outcome.row.int8_seen === true
-          ? result(
-              'one-session',
-              true,
-              `the lock is in pg_locks, granted to the session's own backend (checked on one session only: ${why})`,
-            )
-          : result(
-              'one-session',
-              false,
-              `the lock is not in pg_locks, though the session was told it had it (checked on one session only: ${why})`,
-            );
+        return oneSession(
+          outcome.row,
+          `both transactions ran on backend ${String(holder.pid)}: the executor shares one connection`,
+        );
       }
       if ('row' in outcome) {
         next.resolve(undefined);
@@ -242,18 +248,7 @@ export async function runEngineSelfTest(
     }
 
     next.resolve((query) => query(selfTestSameSessionStatement(keys)).then((r) => r[0] ?? {}));
-    const own = (await a) as Row;
-    return own.pair_seen === true && own.int8_seen === true
-      ? result(
-          'one-session',
-          true,
-          `the lock is in pg_locks, granted to the session's own backend ${String(holder.pid)} (checked on one session only: ${oneSessionWhy})`,
-        )
-      : result(
-          'one-session',
-          false,
-          `the lock is not in pg_locks, though the session was told it had it (checked on one session only: ${oneSessionWhy})`,
-        );
+    return oneSession((await a) as Row, oneSessionWhy);
   } catch (error) {
     throw fromPostgresError(error, 'engine self-test');
   } finally {
