@@ -29,6 +29,27 @@ export interface ExclusiveMetadata {
 type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 
 /**
+ * The decorator {@link Exclusive} returns. It accepts methods returning `void` (their result is
+ * not used) and methods returning a promise that may resolve `undefined` (`Promise<void>`,
+ * `Promise<Report | undefined>`), because a guarded call is asynchronous and resolves `undefined`
+ * when another replica held the lock. A method typed `Promise<Report>` is refused at compile time.
+ */
+export interface ExclusiveMethodDecorator {
+  /** On a method whose result is not used. */
+  <A extends unknown[]>(
+    target: object,
+    key: string | symbol,
+    descriptor: TypedPropertyDescriptor<(...args: A) => void>,
+  ): void;
+  /** On a method whose promise may resolve `undefined`. */
+  <A extends unknown[], R>(
+    target: object,
+    key: string | symbol,
+    descriptor: TypedPropertyDescriptor<(...args: A) => Promise<R | undefined>>,
+  ): void;
+}
+
+/**
  * Wraps the decorated method so that each call runs only if this replica gets the lock `name`
  * at once (lockkit's `runExclusiveJob`: a transaction-scoped advisory lock, released when the
  * method settles or its connection dies). A replica that finds the lock held skips the call
@@ -55,9 +76,9 @@ type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
  * }
  * ```
  */
-export function Exclusive(options: ExclusiveOptions): MethodDecorator {
+export function Exclusive(options: ExclusiveOptions): ExclusiveMethodDecorator {
   const metadata: ExclusiveMetadata = { options };
-  return (_target, key, descriptor) => {
+  return (_target: object, key: string | symbol, descriptor: PropertyDescriptor): void => {
     const original = descriptor.value as unknown;
     if (typeof original !== 'function') {
       throw new LockkitModuleError(
@@ -95,7 +116,6 @@ export function Exclusive(options: ExclusiveOptions): MethodDecorator {
     Reflect.defineMetadata(EXCLUSIVE_KEY, metadata, guarded);
     Object.defineProperty(guarded, 'name', { value: method.name });
     descriptor.value = guarded as never;
-    return descriptor;
   };
 }
 

@@ -9,7 +9,11 @@
  */
 export { LockkitModuleError, type LockkitModuleErrorReason } from './errors.js';
 export { lockEventLogger } from './event-logging.js';
-export { Exclusive, type ExclusiveOptions } from './exclusive.decorator.js';
+export {
+  Exclusive,
+  type ExclusiveMethodDecorator,
+  type ExclusiveOptions,
+} from './exclusive.decorator.js';
 export { ExclusiveCron, type ExclusiveCronOptions } from './exclusive-cron.decorator.js';
 export { LockkitScheduleModule } from './lockkit-schedule.module.js';
 export { LockkitScheduleService } from './lockkit-schedule.service.js';

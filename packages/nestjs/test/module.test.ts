@@ -279,7 +279,7 @@ describe('@Exclusive', () => {
     @Injectable()
     class Guarded {
       @Exclusive({ name, namespace: schema })
-      async work(n: number) {
+      async work(n: number): Promise<number | undefined> {
         calls += 1;
         return n * 2;
       }
@@ -321,7 +321,7 @@ describe('@Exclusive', () => {
   it('refuses a call on an instance the module never saw', async () => {
     class Unbound {
       @Exclusive({ name: 'unbound' })
-      work() {
+      async work(): Promise<number | undefined> {
         return 1;
       }
     }
@@ -331,6 +331,21 @@ describe('@Exclusive', () => {
     );
     expect(error).toBeInstanceOf(LockkitModuleError);
     expect((error as LockkitModuleError).reason).toBe('NOT_BOUND');
+  });
+
+  it('is refused at compile time on a method whose promise cannot resolve undefined', () => {
+    class Typed {
+      // @ts-expect-error a skipped call resolves undefined, which Promise<number> does not admit
+      @Exclusive({ name: 'typed' })
+      async count(): Promise<number> {
+        return 1;
+      }
+      @Exclusive({ name: 'typed-ok' })
+      async maybe(): Promise<number | undefined> {
+        return 1;
+      }
+    }
+    expect(typeof new Typed().maybe).toBe('function');
   });
 
   it('refuses one lock name on two methods at init', async () => {
