@@ -21,6 +21,7 @@ import {
   LockkitScheduleModule,
   type LockkitScheduleModuleOptions,
   LockkitScheduleService,
+  lockEventLogger,
 } from '../src/index.js';
 
 const schema = `lockkit_nest_${randomBytes(4).toString('hex')}`;
@@ -357,5 +358,96 @@ describe('@Exclusive', () => {
       two() {}
     }
     expect((await initError([Twice])).reason).toBe('DUPLICATE_NAME');
+  });
+});
+
+describe('LockkitScheduleModule', () => {
+  it('forRootAsync builds its options from injected providers, and migrate: true creates the ledger', async () => {
+    const fresh = `lockkit_nest_async_${randomBytes(4).toString('hex')}`;
+    const job = 'async-job';
+    const SETTINGS = Symbol('settings');
+    @Module({
+      providers: [{ provide: SETTINGS, useValue: { schema: fresh } }],
+      exports: [SETTINGS],
+    })
+    class SettingsModule {}
+    const ran: Date[] = [];
+    @Injectable()
+    class Jobs {
+      @ExclusiveCron('0 0 0 1 1 *', { name: job })
+      tick(run: TransactionRun<pg.PoolClient>) {
+        ran.push(run.tick);
+      }
+    }
+    @Module({
+      imports: [
+        LockkitScheduleModule.forRootAsync({
+          imports: [SettingsModule],
+          inject: [SETTINGS],
+          useFactory: async (settings: { schema: string }) => ({
+            lockKit: createLockKit(pool, { schema: settings.schema }),
+            migrate: true,
+            logger: false,
+          }),
+        }),
+      ],
+      providers: [Jobs],
+    })
+    class AppModule {}
+    const context = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    try {
+      await context.init();
+      const tick = new Date('2027-01-01T00:00:00Z');
+      await context.get(LockkitScheduleService).scheduler.runTick(job, tick);
+      expect(ran).toEqual([tick]);
+      const ledger = await pool.query(`SELECT status FROM "${fresh}".runs WHERE job = $1`, [job]);
+      expect(ledger.rows).toEqual([{ status: 'SUCCEEDED' }]);
+    } finally {
+      await context.close();
+      await pool.query(`DROP SCHEMA IF EXISTS "${fresh}" CASCADE`);
+    }
+  });
+
+  it('refuses options without a lock client at init', async () => {
+    @Module({
+      imports: [
+        LockkitScheduleModule.forRoot({
+          lockKit: undefined as unknown as LockClient<unknown, unknown>,
+        }),
+      ],
+    })
+    class AppModule {}
+    const error: unknown = await NestFactory.createApplicationContext(AppModule, {
+      logger: false,
+      abortOnError: false,
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(LockkitModuleError);
+    expect((error as LockkitModuleError).reason).toBe('OPTIONS_INVALID');
+  });
+
+  it('lockEventLogger reports the locks under an @Exclusive call at verbose level', async () => {
+    const logger = new RecordingLogger();
+    const observed = createLockKit(pool, { schema, onEvent: lockEventLogger(logger) });
+    const name = `logged-${randomBytes(3).toString('hex')}`;
+    @Injectable()
+    class Guarded {
+      @Exclusive({ name })
+      async work(): Promise<void> {}
+    }
+    const context = await app([Guarded], { lockKit: observed });
+    await context.init();
+    try {
+      await context.get(Guarded).work();
+    } finally {
+      await context.close();
+    }
+    expect(logger.lines.map((l) => `${l.level} ${l.message.split(' ')[0]}`)).toEqual([
+      'verbose lock-attempt',
+      'verbose lock-acquired',
+      'verbose lock-released',
+    ]);
   });
 });
