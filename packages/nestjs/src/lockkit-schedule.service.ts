@@ -25,6 +25,25 @@ import type { LockkitScheduleModuleOptions } from './options.js';
 /** A logger that drops everything (`logger: false`). */
 const SILENT: LoggerService = { log() {}, error() {}, warn() {} };
 
+/** `value` as a non-empty string, else a {@link LockkitModuleError} saying `problem`. */
+function nonEmpty(value: unknown, problem: string): string {
+  if (typeof value !== 'string' || value.length === 0)
+    throw new LockkitModuleError('OPTIONS_INVALID', problem);
+  return value;
+}
+
+/** Records that `owner` declares `id`; a second owner of one id is a {@link LockkitModuleError}. */
+function claim(owners: Map<string, string>, id: string, label: string, owner: string): void {
+  const previous = owners.get(id);
+  if (previous !== undefined) {
+    throw new LockkitModuleError(
+      'DUPLICATE_NAME',
+      `${label} is declared twice: by ${previous} and by ${owner}.`,
+    );
+  }
+  owners.set(id, owner);
+}
+
 /** One decorated method found on one provider instance. */
 interface FoundMethod {
   readonly owner: string;
@@ -163,21 +182,11 @@ export class LockkitScheduleService
           `${owner}: @ExclusiveCron already runs once per tick; remove @Exclusive.`,
         );
       }
-      const name: unknown = job.options?.name;
-      if (typeof name !== 'string' || name.length === 0) {
-        throw new LockkitModuleError(
-          'INVALID_JOB',
-          `${owner}: @ExclusiveCron needs a non-empty { name }.`,
-        );
-      }
-      const previous = owners.get(name);
-      if (previous !== undefined) {
-        throw new LockkitModuleError(
-          'DUPLICATE_NAME',
-          `job "${name}" is declared twice: by ${previous} and by ${owner}.`,
-        );
-      }
-      owners.set(name, owner);
+      const name = nonEmpty(
+        job.options?.name,
+        `${owner}: @ExclusiveCron needs a non-empty { name }.`,
+      );
+      claim(owners, name, `job "${name}"`, owner);
       const { name: _name, ...jobOptions } = job.options;
       try {
         this.scheduler.register(name, job.cron, (run) => method.call(instance, run), jobOptions);
@@ -190,26 +199,22 @@ export class LockkitScheduleService
 
   private bindGuards(found: readonly FoundMethod[]): void {
     const owners = new Map<string, string>();
-    const namespace = this.options.exclusiveNamespace ?? 'nestjs';
+    const namespace = nonEmpty(
+      this.options.exclusiveNamespace ?? 'nestjs',
+      'exclusiveNamespace must be a non-empty string.',
+    );
     for (const { owner, instance, method } of found) {
       const guard = exclusiveOf(method);
       if (guard === undefined) continue;
-      const name: unknown = guard.options?.name;
-      if (typeof name !== 'string' || name.length === 0) {
-        throw new LockkitModuleError(
-          'OPTIONS_INVALID',
-          `${owner}: @Exclusive needs a non-empty { name }.`,
-        );
-      }
-      const id = `${guard.options.namespace ?? namespace}\u0000${name}`;
-      const previous = owners.get(id);
-      if (previous !== undefined) {
-        throw new LockkitModuleError(
-          'DUPLICATE_NAME',
-          `lock "${name}" is declared twice: by ${previous} and by ${owner}.`,
-        );
-      }
-      owners.set(id, owner);
+      const name = nonEmpty(
+        guard.options?.name,
+        `${owner}: @Exclusive needs a non-empty { name }.`,
+      );
+      const lockNamespace = nonEmpty(
+        guard.options.namespace ?? namespace,
+        `${owner}: @Exclusive's namespace must be a non-empty string.`,
+      );
+      claim(owners, `${lockNamespace}\u0000${name}`, `lock "${name}"`, owner);
       bindExclusive(instance, {
         locks: this.options.lockKit,
         namespace,

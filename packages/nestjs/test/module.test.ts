@@ -349,6 +349,17 @@ describe('@Exclusive', () => {
     expect(typeof new Typed().maybe).toBe('function');
   });
 
+  it('refuses an empty lock namespace at init', async () => {
+    @Injectable()
+    class Guarded {
+      @Exclusive({ name: 'nowhere', namespace: '' })
+      one() {}
+    }
+    const error = await initError([Guarded]);
+    expect(error.reason).toBe('OPTIONS_INVALID');
+    expect(error.message).toContain('Guarded.one');
+  });
+
   it('refuses one lock name on two methods at init', async () => {
     @Injectable()
     class Twice {
