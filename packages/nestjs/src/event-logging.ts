@@ -60,8 +60,9 @@ export function logSchedulerEvents(scheduler: Scheduler<unknown>, logger: Logger
 
 /**
  * A lock client `onEvent` listener that logs lock and lease events through a Nest logger: lost
- * leases and failed lock attempts at `warn`, the rest at `verbose`. Pass it when you create the
- * lock client, to see the locks under `@Exclusive` methods and lease renewals.
+ * leases, locks lost under a running task and failed lock attempts at `warn`, the rest at
+ * `verbose`. Pass it when you create the lock client, to see the locks under `@Exclusive` methods
+ * and lease renewals.
  *
  * @example
  * ```ts
@@ -80,10 +81,16 @@ export function lockEventLogger(logger: LoggerService): (event: LockkitEvent) =>
       case 'lease-lost':
         logger.warn(`lease ${event.namespace}/${event.jobKey} lost: ${event.reason}`);
         return;
+      case 'lock-released':
+        if (event.outcome === 'lost') {
+          logger.warn(`lock ${event.key} lost: its connection or transaction died under the task`);
+          return;
+        }
+        logger.verbose?.(`${event.type} ${event.key} (${event.scope})`);
+        return;
       case 'lock-attempt':
       case 'lock-acquired':
       case 'lock-skipped':
-      case 'lock-released':
         logger.verbose?.(`${event.type} ${event.key} (${event.scope})`);
         return;
       default:
