@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { createLockKit } from '@lockkit/pg';
@@ -21,7 +21,8 @@ const JOBS = ['invoices', 'reports'];
 const SKEWS = [-400, 0, 400];
 const schema = `lockkit_nest_mp_${randomBytes(4).toString('hex')}`;
 const appSource = fileURLToPath(new URL('./app/tick-app.ts', import.meta.url));
-const appOutput = fileURLToPath(new URL('./app/dist/tick-app.mjs', import.meta.url));
+// A name of its own per run, so that two runs in one checkout never read each other's half-written file.
+const appOutput = fileURLToPath(new URL(`./app/dist/tick-app-${schema}.mjs`, import.meta.url));
 let pool: pg.Pool;
 
 beforeAll(async () => {
@@ -43,6 +44,7 @@ beforeAll(async () => {
   await pool.query(`CREATE TABLE "${schema}".effects (job text, tick timestamptz, worker text)`);
 });
 afterAll(async () => {
+  rmSync(appOutput, { force: true });
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await pool.end();
 });
