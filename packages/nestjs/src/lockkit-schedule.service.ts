@@ -96,6 +96,16 @@ export class LockkitScheduleService
         'LockkitScheduleModule needs `lockKit`: a lock client from an adapter, e.g. createLockKit(pool) of @lockkit/pg.',
       );
     }
+    const stopTimeoutMs: unknown = options.stopTimeoutMs;
+    if (
+      stopTimeoutMs !== undefined &&
+      (typeof stopTimeoutMs !== 'number' || !Number.isInteger(stopTimeoutMs) || stopTimeoutMs < 0)
+    ) {
+      throw new LockkitModuleError(
+        'OPTIONS_INVALID',
+        `stopTimeoutMs must be a whole number of ms ≥ 0, got ${String(stopTimeoutMs)}.`,
+      );
+    }
     this.logger = options.logger === false ? SILENT : (options.logger ?? new Logger('Lockkit'));
     try {
       this.scheduler = createScheduler(options.lockKit, options.scheduler);

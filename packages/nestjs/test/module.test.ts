@@ -439,6 +439,20 @@ describe('LockkitScheduleModule', () => {
     expect((error as LockkitModuleError).reason).toBe('OPTIONS_INVALID');
   });
 
+  it('refuses a stopTimeoutMs that is not a whole number of ms at init', async () => {
+    for (const stopTimeoutMs of [-1, 1.5, Number.NaN]) {
+      const error: unknown = await app([], { stopTimeoutMs }).then(
+        async (context) => {
+          await context.close();
+          return undefined;
+        },
+        (e: unknown) => e,
+      );
+      expect(error, `stopTimeoutMs ${stopTimeoutMs}`).toBeInstanceOf(LockkitModuleError);
+      expect((error as LockkitModuleError).reason).toBe('OPTIONS_INVALID');
+    }
+  });
+
   it('lockEventLogger reports the locks under an @Exclusive call at verbose level', async () => {
     const logger = new RecordingLogger();
     const observed = createLockKit(pool, { schema, onEvent: lockEventLogger(logger) });
