@@ -94,7 +94,7 @@ interface Lease {
  * import { DataSource } from 'typeorm';
  * import { createLockClient } from '@lockkit/core';
  * import { typeormExecutor } from '@lockkit/typeorm';
- * const dataSource = await new DataSource({ type: 'postgres', url: process.env.DATABASE_URL }).initialize();
+ * const dataSource = await new DataSource({ type: 'postgres', url: process.env.DATABASE_URL as string }).initialize();
  * const locks = createLockClient(typeormExecutor(dataSource));
  * ```
  */

@@ -6,7 +6,7 @@
  * import { DataSource } from 'typeorm';
  * import { createLockKit } from '@lockkit/typeorm';
  *
- * const dataSource = await new DataSource({ type: 'postgres', url: process.env.DATABASE_URL }).initialize();
+ * const dataSource = await new DataSource({ type: 'postgres', url: process.env.DATABASE_URL as string }).initialize();
  * const locks = createLockKit(dataSource);
  * const r = await locks.runExclusiveJob('cron_jobs', 'generate_invoices', async (manager) => {
  *   await manager.query('UPDATE invoices SET issued = true WHERE due <= now()');
