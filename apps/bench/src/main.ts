@@ -18,6 +18,7 @@ import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
@@ -25,6 +26,7 @@ import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import postgres from 'postgres';
+import { DataSource } from 'typeorm';
 import { measureJsCost } from './js-cost.js';
 import { measureRenewalLatency } from './lease-renewal.js';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
@@ -138,6 +140,11 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     kind: 'run',
   },
   '@lockkit/prisma runExclusiveJob, run decision': { path: '@lockkit/prisma', kind: 'run' },
+  'typeorm dataSource.transaction reference (try-lock, no lockkit)': {
+    path: 'typeorm transaction',
+    kind: 'run',
+  },
+  '@lockkit/typeorm runExclusiveJob, run decision': { path: '@lockkit/typeorm', kind: 'run' },
   'pg-boss 10 singleton job cycle (send, fetch, complete)': {
     path: 'pg-boss 10 singleton job',
     kind: 'run',
@@ -236,6 +243,12 @@ async function main(): Promise<void> {
       const drizzlePg = drizzleNodePostgres(pool);
       const drizzlePjs = drizzlePostgresJs(sql);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
+      const typeorm = await new DataSource({
+        type: 'postgres',
+        url,
+        poolSize: clients,
+      }).initialize();
+      const typeormLocks = createTypeOrmLockKit(typeorm);
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -393,6 +406,20 @@ async function main(): Promise<void> {
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'typeorm dataSource.transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return typeorm.transaction((manager) =>
+              manager.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [k1, k2]),
+            );
+          },
+        },
+        {
+          name: '@lockkit/typeorm runExclusiveJob, run decision',
+          operation: (client) =>
+            typeormLocks.runExclusiveJob(namespace, `typeorm-${runJobs[client]}`, async () => {}),
+        },
+        {
           name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',
           operation: (client) => boss.cycle(client),
         },
@@ -432,6 +459,7 @@ async function main(): Promise<void> {
       await sql.end({ timeout: 5 });
       await prisma.$disconnect();
       await prismaPool.end();
+      await typeorm.destroy();
       await boss.close();
       pinning?.restore();
       pinning = undefined;

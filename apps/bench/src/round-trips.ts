@@ -14,11 +14,13 @@ import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
+import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import postgres from 'postgres';
+import { DataSource } from 'typeorm';
 import { startPgBossPeer } from './pg-boss.js';
 import { PrismaClient } from './prisma-client.js';
 
@@ -51,6 +53,11 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   const prismaPool = new pg.Pool({ connectionString: proxy.url, max: 1 });
   const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
   const boss = await startPgBossPeer(proxy.url, 1);
+  const typeorm = await new DataSource({
+    type: 'postgres',
+    url: proxy.url,
+    poolSize: 1,
+  }).initialize();
   const results = new Map<string, RoundTrips>();
   try {
     const keys = (job: string) => generateLockKeys(namespace, job);
@@ -94,6 +101,13 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
         tx.$queryRawUnsafe('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', k1, k2),
       );
     };
+    const typeormKit = createTypeOrmLockKit(typeorm);
+    const typeormReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return typeorm.transaction((manager) =>
+        manager.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [k1, k2]),
+      );
+    };
     const paths: [string, Decide][] = [
       ['seed reference', reference],
       ['hand-written 2-trip', handWritten],
@@ -104,6 +118,8 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['drizzle (node-postgres) transaction', drizzleReference],
       ['@lockkit/prisma', (job) => prismaKit.runExclusiveJob(namespace, job, task)],
       ['prisma $transaction', prismaReference],
+      ['@lockkit/typeorm', (job) => typeormKit.runExclusiveJob(namespace, job, task)],
+      ['typeorm transaction', typeormReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
@@ -147,6 +163,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     return results;
   } finally {
     await boss.close();
+    await typeorm.destroy();
     await prisma.$disconnect();
     await prismaPool.end();
     await pool.end();

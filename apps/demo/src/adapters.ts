@@ -2,18 +2,26 @@
  * One lock client per adapter, as a user of each would build it.
  */
 import { createRequire } from 'node:module';
-import type { LockClient } from '@lockkit/core';
+import {
+  createLockClient,
+  type LockClient,
+  type LockExecutor,
+  type SessionContext,
+  type TransactionContext,
+} from '@lockkit/core';
 import { createLockKit as drizzleKit } from '@lockkit/drizzle';
 import { createLockKit as pgKit } from '@lockkit/pg';
 import { createLockKit as postgresKit } from '@lockkit/postgres';
 import { createLockKit as prismaKit } from '@lockkit/prisma';
+import { typeormExecutor } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import postgres from 'postgres';
+import { DataSource, type EntityManager, type QueryRunner } from 'typeorm';
 
 /** The adapters the demo can run on. */
-export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle'] as const;
+export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle', 'typeorm'] as const;
 /** One of {@link ADAPTERS}. */
 export type AdapterName = (typeof ADAPTERS)[number];
 
@@ -67,6 +75,38 @@ export function connect(
         close: async () => {
           await prisma.$disconnect();
           await pool.end();
+        },
+      };
+    }
+    case 'typeorm': {
+      const dataSource = new DataSource({
+        type: 'postgres',
+        url,
+        poolSize,
+        poolErrorHandler: () => {},
+      });
+      const ready = dataSource.initialize();
+      ready.catch(() => {});
+      const executor = typeormExecutor(dataSource);
+      // connect() is synchronous and initialize() is not: each call waits for it, as a user's
+      // code awaits it before its first lockkit call.
+      const waiting: LockExecutor<EntityManager, QueryRunner> = Object.freeze({
+        name: executor.name,
+        singleConnection: executor.singleConnection === true,
+        async transaction<T>(fn: (ctx: TransactionContext<EntityManager>) => Promise<T>) {
+          await ready;
+          return executor.transaction(fn);
+        },
+        async session<T>(fn: (ctx: SessionContext<QueryRunner>) => Promise<T>) {
+          await ready;
+          return (executor.session as NonNullable<typeof executor.session>)(fn) as Promise<T>;
+        },
+      });
+      return {
+        locks: createLockClient(waiting, { schema }) as LockClient<unknown, unknown>,
+        close: async () => {
+          await ready.catch(() => {});
+          if (dataSource.isInitialized) await dataSource.destroy();
         },
       };
     }
