@@ -1,0 +1,190 @@
+/**
+ * The scheduler's overlap judgement against a runner caught between its two locks (issue 24).
+ *
+ * A node that runs a tick takes the job's lock, then — one statement later — the tick's own lock.
+ * A node whose wait for the job's lock timed out judges who holds it; a transaction holding the
+ * job's lock without the tick's may be a run of this very tick, between its two statements (alive:
+ * it goes on; dying: Postgres may free its tick lock a moment before its job lock). Such a tick
+ * must never be recorded SKIPPED_OVERLAP. Each case holds the runner exactly there, with a gate on
+ * the first statement it sends once the job's lock is granted — no timing window: the other node
+ * is let judge (its second attempt at the job's lock proves it judged and came back), and only then
+ * is the runner let go on, or killed.
+ */
+import {
+  createLockClient,
+  createScheduler,
+  type JobHandler,
+  type LockExecutor,
+  LockKey,
+  type LockkitEvent,
+  SCHEDULER_NAMESPACE,
+  type TransactionContext,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import { type ConformanceAdapter, gate } from '../harness.js';
+import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+
+/** A whole minute far from now: no real timer reaches it. */
+const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
+const TICK = new Date(BASE);
+const now = () => BASE + 10;
+
+/** The lock key of scheduler job `name` outside any namespace, as `pg_locks` and events show it. */
+const jobLock = (name: string) => LockKey.fromNames(SCHEDULER_NAMESPACE, name);
+const sameKey = (a: LockKey, b: LockKey) =>
+  a.pgLocks.classid === b.pgLocks.classid &&
+  a.pgLocks.objid === b.pgLocks.objid &&
+  a.pgLocks.objsubid === b.pgLocks.objsubid;
+
+/** What a gated executor reports once it is held: the backend holding the job's lock. */
+interface HeldRunner {
+  readonly pid: number;
+}
+
+/**
+ * `base`, except that the first statement sent after `arm()` waits for `release` — after asking
+ * the backend's pid on that same connection (inside the transaction that holds the job's lock),
+ * reported through `reached`.
+ */
+function holdingAfterArm<Tx, Session>(
+  base: LockExecutor<Tx, Session>,
+  reached: (held: HeldRunner) => void,
+  release: Promise<void>,
+): { readonly executor: LockExecutor<Tx, Session>; readonly arm: () => void } {
+  let state: 'idle' | 'armed' | 'fired' = 'idle';
+  const wrap = (ctx: TransactionContext<Tx>): TransactionContext<Tx> => {
+    const query: TransactionContext<Tx>['query'] = async (text, params) => {
+      if (state === 'armed') {
+        state = 'fired';
+        const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+        reached({ pid: Number(row?.pid) });
+        await release;
+      }
+      return ctx.query(text, params);
+    };
+    // The context's other members may be getters over the connection's fate: keep them live.
+    return Object.create(ctx, { query: { value: query } }) as TransactionContext<Tx>;
+  };
+  const pipelined = base.pipelinedTransaction?.bind(base);
+  const pipelinedTransaction: LockExecutor<Tx, Session>['pipelinedTransaction'] =
+    pipelined && ((first, fn) => pipelined(first, (ctx, rows) => fn(wrap(ctx), rows)));
+  const executor: LockExecutor<Tx, Session> = {
+    name: base.name,
+    ...(base.transactionPooler !== undefined && { transactionPooler: base.transactionPooler }),
+    transaction: (fn) => base.transaction((ctx) => fn(wrap(ctx))),
+    ...(pipelinedTransaction && { pipelinedTransaction }),
+  };
+  return {
+    executor,
+    arm: () => {
+      if (state === 'idle') state = 'armed';
+    },
+  };
+}
+
+/** Overlap-judgement race cases of the scheduler. */
+export function schedulerOverlapRaceCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+): void {
+  const test = casesOf(adapter);
+
+  const statusOf = async (schema: string) =>
+    (
+      await fixture().observer.query<{ status: string; attempt: number }>(
+        `SELECT status, attempt FROM "${schema}".runs WHERE job = 'job' AND tick = $1`,
+        [TICK.toISOString()],
+      )
+    ).map((r) => `${r.status} ${r.attempt}`);
+
+  /**
+   * Node A fires the tick and is held right after the job's lock is granted; node B fires the same
+   * tick, times out on the job's lock and judges; then A goes on (`fate` 'goes-on') or its backend
+   * is terminated ('dies'). The tick must run exactly once: by A, or by B once A is gone.
+   */
+  const heldBetweenLocks = (mode: 'transaction' | 'lease', fate: 'goes-on' | 'dies') =>
+    withLockkitSchema(fixture(), async (schema) => {
+      const f = fixture();
+      const key = jobLock('job');
+      const reached = gate<HeldRunner>();
+      const release = gate();
+      const held = holdingAfterArm(f.newInstance(3).executor, reached.open, release.promise);
+      const ran: string[] = [];
+      const handler =
+        (owner: string): JobHandler<Tx> =>
+        () => {
+          ran.push(owner);
+        };
+      const options = mode === 'lease' ? ({ mode: 'lease', lease: { ttlMs: 5000 } } as const) : {};
+      const a = createScheduler(
+        createLockClient(held.executor, {
+          schema,
+          onEvent: (e: LockkitEvent) => {
+            if (e.type === 'lock-acquired' && sameKey(e.key, key)) held.arm();
+          },
+        }),
+        { owner: 'a', now, catchUpGraceMs: 0 },
+      );
+      a.register('job', '* * * * * *', handler('a'), options);
+      let attempts = 0;
+      const judged = gate();
+      const b = createScheduler(
+        createLockClient(f.newInstance(3).executor, {
+          schema,
+          onEvent: (e: LockkitEvent) => {
+            // A second attempt at the job's lock: B timed out, judged, and came back to wait.
+            if (e.type === 'lock-attempt' && sameKey(e.key, key) && ++attempts === 2) judged.open();
+          },
+        }),
+        { owner: 'b', now, catchUpGraceMs: 0 },
+      );
+      b.register('job', '* * * * * *', handler('b'), { ...options, claimTimeoutMs: 200 });
+      const aRun = a.runTick('job', TICK);
+      const bRun = (async () => {
+        const runner = await reached.promise; // A holds the job's lock, its next statement held
+        const done = b.runTick('job', TICK);
+        // B judged: either it settled the tick at once, or it came back to wait for the job's lock.
+        await Promise.race([done, judged.promise]);
+        if (fate === 'dies') await f.observer.terminate(runner.pid);
+        else release.open();
+        await done;
+      })();
+      try {
+        await bRun;
+      } finally {
+        release.open(); // a dead runner goes on only now, to find its connection gone
+        await aRun;
+      }
+      expect(ran).toEqual([fate === 'dies' ? 'b' : 'a']);
+      expect(await statusOf(schema)).toEqual(['SUCCEEDED 1']);
+      await Promise.all([a.stop(), b.stop()]);
+    });
+
+  test(
+    'scheduler.runner-between-locks-not-skipped',
+    "a node whose wait for the job's lock timed out while this tick's runner held the job's lock but had not yet sent its tick-lock statement does not record the tick skipped; the runner runs it once",
+    () => heldBetweenLocks('transaction', 'goes-on'),
+    30_000,
+  );
+
+  test(
+    'scheduler.runner-dies-between-locks-not-skipped',
+    "a node that judged while this tick's runner held the job's lock without the tick's (as a dying runner does once Postgres has freed its tick lock) does not record the tick skipped; it runs the tick once that runner is terminated",
+    () => heldBetweenLocks('transaction', 'dies'),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-claimant-held-not-skipped',
+    "lease mode: a node whose wait for the job's lock timed out while a claimant of the same tick held it does not record the tick skipped; the claimant runs it once",
+    () => heldBetweenLocks('lease', 'goes-on'),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-claimant-dies-not-skipped',
+    "lease mode: a node whose wait for the job's lock timed out while a claimant of the same tick held it runs the tick once that claimant is terminated, instead of recording it skipped",
+    () => heldBetweenLocks('lease', 'dies'),
+    30_000,
+  );
+}
