@@ -66,6 +66,7 @@ export type ConformanceCaseId =
   | 'scheduler.runner-dies-between-locks-not-skipped'
   | 'scheduler.lease-claimant-held-not-skipped'
   | 'scheduler.lease-claimant-dies-not-skipped'
+  | 'scheduler.lease-stuck-claim-of-another-tick-overlaps'
   | 'scheduler.hung-lease-handler-lets-go'
   | 'scheduler.lease-runner-dies'
   | 'scheduler.schedule-change'

@@ -42,19 +42,21 @@ interface HeldRunner {
 }
 
 /**
- * `base`, except that the first statement sent after `arm()` waits for `release` — after asking
- * the backend's pid on that same connection (inside the transaction that holds the job's lock),
- * reported through `reached`.
+ * `base`, except that once `arm()` is called, the statement after the next `pass` ones waits for
+ * `release` — after asking the backend's pid on that same connection (inside the transaction that
+ * holds the job's lock), reported through `reached`.
  */
 function holdingAfterArm<Tx, Session>(
   base: LockExecutor<Tx, Session>,
   reached: (held: HeldRunner) => void,
   release: Promise<void>,
+  pass = 0,
 ): { readonly executor: LockExecutor<Tx, Session>; readonly arm: () => void } {
   let state: 'idle' | 'armed' | 'fired' = 'idle';
+  let passed = 0;
   const wrap = (ctx: TransactionContext<Tx>): TransactionContext<Tx> => {
     const query: TransactionContext<Tx>['query'] = async (text, params) => {
-      if (state === 'armed') {
+      if (state === 'armed' && passed++ >= pass) {
         state = 'fired';
         const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
         reached({ pid: Number(row?.pid) });
@@ -185,6 +187,75 @@ export function schedulerOverlapRaceCases<Tx, Session>(
     'scheduler.lease-claimant-dies-not-skipped',
     "lease mode: a node whose wait for the job's lock timed out while a claimant of the same tick held it runs the tick once that claimant is terminated, instead of recording it skipped",
     () => heldBetweenLocks('lease', 'dies'),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-stuck-claim-of-another-tick-overlaps',
+    "lease mode: a node whose wait for the job's lock timed out while a claim of an EARLIER tick held it (with that tick's lock) records its own tick SKIPPED_OVERLAP; the earlier tick still runs once",
+    () =>
+      withLockkitSchema(fixture(), async (schema) => {
+        const f = fixture();
+        const key = jobLock('job');
+        const reached = gate<HeldRunner>();
+        const release = gate();
+        // A's claim of tick 0: the job's lock, then the tick's lock (let through), then held.
+        const held = holdingAfterArm(f.newInstance(3).executor, reached.open, release.promise, 1);
+        const ran: string[] = [];
+        const handler =
+          (owner: string): JobHandler<Tx> =>
+          (run) => {
+            ran.push(`${owner} ${(run.tick.getTime() - BASE) / 1000}`);
+          };
+        const lease = { mode: 'lease', lease: { ttlMs: 5000 } } as const;
+        const a = createScheduler(
+          createLockClient(held.executor, {
+            schema,
+            onEvent: (e: LockkitEvent) => {
+              if (e.type === 'lock-acquired' && sameKey(e.key, key)) held.arm();
+            },
+          }),
+          { owner: 'a', now, catchUpGraceMs: 0 },
+        );
+        a.register('job', '* * * * * *', handler('a'), lease);
+        let attempts = 0;
+        const cameBack = gate<'waits again'>();
+        const b = createScheduler(
+          createLockClient(f.newInstance(3).executor, {
+            schema,
+            onEvent: (e: LockkitEvent) => {
+              if (e.type === 'lock-attempt' && sameKey(e.key, key) && ++attempts === 2)
+                cameBack.open('waits again');
+            },
+          }),
+          { owner: 'b', now: () => BASE + 1000 + 10, catchUpGraceMs: 0 },
+        );
+        b.register('job', '* * * * * *', handler('b'), { ...lease, claimTimeoutMs: 200 });
+        const skipped: string[] = [];
+        b.on('skipped-held', (e) => skipped.push(`${(e.tick.getTime() - BASE) / 1000}`));
+        const aRun = a.runTick('job', TICK);
+        let bRun: Promise<void> | undefined;
+        try {
+          await reached.promise; // A's claim of tick 0 holds the job's lock and tick 0's lock
+          bRun = b.runTick('job', new Date(BASE + 1000));
+          // B times out and judges: an overlap, settled at once — not a wait for A's claim.
+          const judged = await Promise.race([bRun.then(() => 'settled'), cameBack.promise]);
+          expect(judged).toBe('settled');
+        } finally {
+          release.open();
+          await aRun;
+          await bRun;
+        }
+        expect(skipped).toEqual(['1']);
+        expect(ran).toEqual(['a 0']);
+        const rows = await f.observer.query<{ tick: Date; status: string }>(
+          `SELECT tick, status FROM "${schema}".runs WHERE job = 'job' ORDER BY tick`,
+        );
+        expect(
+          rows.map((r) => `${(new Date(r.tick).getTime() - BASE) / 1000} ${r.status}`),
+        ).toEqual(['0 SUCCEEDED', '1 SKIPPED_OVERLAP']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
     30_000,
   );
 }
