@@ -4,6 +4,7 @@
  * outage, queued ticks, timeouts, stop() mid-run, durable retries, namespaces and conflicting
  * registrations. No case waits for a real tick.
  */
+import { randomBytes } from 'node:crypto';
 import {
   createLockClient,
   createScheduler,
@@ -98,19 +99,22 @@ export function schedulerLedgerCases<Tx, Session>(
     () =>
       withSchema(async (schema) => {
         const f = fixture();
+        // Its own name: a job's lock key does not depend on the schema, and other runs of the
+        // suite on this database must not hold it.
+        const job = `job-${randomBytes(6).toString('hex')}`;
         const clock = handClock(0);
         const started = gate<number>();
         const release = gate();
         const judged = gate();
         const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
-        a.register('job', '* * * * * *', async (run) => {
+        a.register(job, '* * * * * *', async (run) => {
           if (run.mode !== 'transaction') throw new Error('mode');
           const [me] = await run.query('SELECT pg_backend_pid() AS pid');
           started.open(Number(me?.pid));
           await release.promise;
           await run.query('SELECT 1'); // the connection is gone: this fails
         });
-        const jobLock = JSON.stringify(LockKey.fromNames(SCHEDULER_NAMESPACE, 'job').pgLocks);
+        const jobLock = JSON.stringify(LockKey.fromNames(SCHEDULER_NAMESPACE, job).pgLocks);
         let attempts = 0;
         const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
           // B's second attempt at the job's lock: it timed out, judged A's run to be this very
@@ -123,7 +127,7 @@ export function schedulerLedgerCases<Tx, Session>(
             judged.open();
         });
         b.register(
-          'job',
+          job,
           '* * * * * *',
           async (run) => {
             if (run.mode !== 'transaction') throw new Error('mode');
@@ -136,9 +140,9 @@ export function schedulerLedgerCases<Tx, Session>(
           // A's tick lock a moment before its job lock. Every place must end with B running it.
           { claimTimeoutMs: 100 },
         );
-        const aRun = a.runTick('job', at(0));
+        const aRun = a.runTick(job, at(0));
         const pid = await started.promise;
-        const bRun = b.runTick('job', at(0));
+        const bRun = b.runTick(job, at(0));
         try {
           // No clock here: B's own events say it has judged (or, wrongly, that it is done).
           await Promise.race([judged.promise, bRun]);
@@ -151,7 +155,7 @@ export function schedulerLedgerCases<Tx, Session>(
           await aRun;
           await bRun;
         }
-        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+        expect(await statusOf(schema, job, at(0))).toEqual(['SUCCEEDED']);
         const ran = await f.observer.query<{ worker: string }>(
           `SELECT worker FROM "${schema}".executions`,
         );

@@ -10,6 +10,7 @@
  * is let judge (its second attempt at the job's lock proves it judged and came back), and only then
  * is the runner let go on, or killed.
  */
+import { randomBytes } from 'node:crypto';
 import {
   createLockClient,
   createScheduler,
@@ -28,6 +29,12 @@ import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
 const TICK = new Date(BASE);
 const now = () => BASE + 10;
+
+/**
+ * A job name of this run alone: a job's lock key does not depend on the schema, so two runs of
+ * the suite on one database (other adapters, other checkouts) must not share a name.
+ */
+const jobName = () => `job-${randomBytes(6).toString('hex')}`;
 
 /** The lock key of scheduler job `name` outside any namespace, as `pg_locks` and events show it. */
 const jobLock = (name: string) => LockKey.fromNames(SCHEDULER_NAMESPACE, name);
@@ -91,11 +98,11 @@ export function schedulerOverlapRaceCases<Tx, Session>(
 ): void {
   const test = casesOf(adapter);
 
-  const statusOf = async (schema: string) =>
+  const statusOf = async (schema: string, job: string) =>
     (
       await fixture().observer.query<{ status: string; attempt: number }>(
-        `SELECT status, attempt FROM "${schema}".runs WHERE job = 'job' AND tick = $1`,
-        [TICK.toISOString()],
+        `SELECT status, attempt FROM "${schema}".runs WHERE job = $1 AND tick = $2`,
+        [job, TICK.toISOString()],
       )
     ).map((r) => `${r.status} ${r.attempt}`);
 
@@ -107,7 +114,8 @@ export function schedulerOverlapRaceCases<Tx, Session>(
   const heldBetweenLocks = (mode: 'transaction' | 'lease', fate: 'goes-on' | 'dies') =>
     withLockkitSchema(fixture(), async (schema) => {
       const f = fixture();
-      const key = jobLock('job');
+      const job = jobName();
+      const key = jobLock(job);
       const reached = gate<HeldRunner>();
       const release = gate();
       const held = holdingAfterArm(f.newInstance(3).executor, reached.open, release.promise);
@@ -127,7 +135,7 @@ export function schedulerOverlapRaceCases<Tx, Session>(
         }),
         { owner: 'a', now, catchUpGraceMs: 0 },
       );
-      a.register('job', '* * * * * *', handler('a'), options);
+      a.register(job, '* * * * * *', handler('a'), options);
       let attempts = 0;
       const judged = gate();
       const b = createScheduler(
@@ -140,11 +148,11 @@ export function schedulerOverlapRaceCases<Tx, Session>(
         }),
         { owner: 'b', now, catchUpGraceMs: 0 },
       );
-      b.register('job', '* * * * * *', handler('b'), { ...options, claimTimeoutMs: 200 });
-      const aRun = a.runTick('job', TICK);
+      b.register(job, '* * * * * *', handler('b'), { ...options, claimTimeoutMs: 200 });
+      const aRun = a.runTick(job, TICK);
       const bRun = (async () => {
         const runner = await reached.promise; // A holds the job's lock, its next statement held
-        const done = b.runTick('job', TICK);
+        const done = b.runTick(job, TICK);
         // B judged: either it settled the tick at once, or it came back to wait for the job's lock.
         await Promise.race([done, judged.promise]);
         if (fate === 'dies') await f.observer.terminate(runner.pid);
@@ -158,7 +166,7 @@ export function schedulerOverlapRaceCases<Tx, Session>(
         await aRun;
       }
       expect(ran).toEqual([fate === 'dies' ? 'b' : 'a']);
-      expect(await statusOf(schema)).toEqual(['SUCCEEDED 1']);
+      expect(await statusOf(schema, job)).toEqual(['SUCCEEDED 1']);
       await Promise.all([a.stop(), b.stop()]);
     });
 
@@ -196,7 +204,8 @@ export function schedulerOverlapRaceCases<Tx, Session>(
     () =>
       withLockkitSchema(fixture(), async (schema) => {
         const f = fixture();
-        const key = jobLock('job');
+        const job = jobName();
+        const key = jobLock(job);
         const reached = gate<HeldRunner>();
         const release = gate();
         // A's claim of tick 0: the job's lock, then the tick's lock (let through), then held.
@@ -217,7 +226,7 @@ export function schedulerOverlapRaceCases<Tx, Session>(
           }),
           { owner: 'a', now, catchUpGraceMs: 0 },
         );
-        a.register('job', '* * * * * *', handler('a'), lease);
+        a.register(job, '* * * * * *', handler('a'), lease);
         let attempts = 0;
         const cameBack = gate<'waits again'>();
         const b = createScheduler(
@@ -230,14 +239,14 @@ export function schedulerOverlapRaceCases<Tx, Session>(
           }),
           { owner: 'b', now: () => BASE + 1000 + 10, catchUpGraceMs: 0 },
         );
-        b.register('job', '* * * * * *', handler('b'), { ...lease, claimTimeoutMs: 200 });
+        b.register(job, '* * * * * *', handler('b'), { ...lease, claimTimeoutMs: 200 });
         const skipped: string[] = [];
         b.on('skipped-held', (e) => skipped.push(`${(e.tick.getTime() - BASE) / 1000}`));
-        const aRun = a.runTick('job', TICK);
+        const aRun = a.runTick(job, TICK);
         let bRun: Promise<void> | undefined;
         try {
           await reached.promise; // A's claim of tick 0 holds the job's lock and tick 0's lock
-          bRun = b.runTick('job', new Date(BASE + 1000));
+          bRun = b.runTick(job, new Date(BASE + 1000));
           // B times out and judges: an overlap, settled at once — not a wait for A's claim.
           const judged = await Promise.race([bRun.then(() => 'settled'), cameBack.promise]);
           expect(judged).toBe('settled');
@@ -249,7 +258,8 @@ export function schedulerOverlapRaceCases<Tx, Session>(
         expect(skipped).toEqual(['1']);
         expect(ran).toEqual(['a 0']);
         const rows = await f.observer.query<{ tick: Date; status: string }>(
-          `SELECT tick, status FROM "${schema}".runs WHERE job = 'job' ORDER BY tick`,
+          `SELECT tick, status FROM "${schema}".runs WHERE job = $1 ORDER BY tick`,
+          [job],
         );
         expect(
           rows.map((r) => `${(new Date(r.tick).getTime() - BASE) / 1000} ${r.status}`),
