@@ -61,14 +61,18 @@ export function tickStateStatement(
  * On a standby it takes nothing and reports {@link IN_RECOVERY}.
  */
 export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement {
-  if (!tickKey.pair) throw new TypeError('a tick lock key is an int4 pair');
   const job = jobKey.pgLocks;
   const tick = tickKey.pgLocks;
+  // Tick keys are pairs whose first number is the tick namespace's: a tick lock of the same
+  // namespace shares `classid` and `objsubid` with this one and differs in `objid`.
+  const tryTick = tickKey.pair
+    ? { args: '$7::int4, $8::int4', params: [tickKey.pair[0], tickKey.pair[1]] }
+    : { args: '$7::int8', params: [String(tickKey.int8)] };
   // The CASE evaluates tick_free before its subquery (an init plan, run on first use): the tick's
   // lock is ours, or known taken, before the snapshot is read.
   return {
     text: `WITH judge AS (
-             SELECT ${onPrimary('pg_try_advisory_xact_lock($1::int4, $2::int4)')} AS tick_free)
+             SELECT ${onPrimary(`pg_try_advisory_xact_lock(${tryTick.args})`)} AS tick_free)
            SELECT judge.tick_free,
                   CASE WHEN judge.tick_free THEN EXISTS (
                     SELECT 1 FROM pg_catalog.pg_locks j
@@ -76,21 +80,21 @@ export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement
                      WHERE j.locktype = 'advisory' AND j.granted
                        AND j.database = (SELECT d.oid FROM pg_catalog.pg_database d
                                           WHERE d.datname = pg_catalog.current_database())
-                       AND j.classid::int8 = $3::int8 AND j.objid::int8 = $4::int8
-                       AND j.objsubid = $5::int4
+                       AND j.classid::int8 = $1::int8 AND j.objid::int8 = $2::int8
+                       AND j.objsubid = $3::int4
                        AND t.locktype = 'advisory' AND t.granted AND t.database = j.database
-                       AND t.classid::int8 = $6::int8 AND t.objsubid = 2
-                       AND t.objid::int8 <> $7::int8) END AS another_tick_runs,
+                       AND t.classid::int8 = $4::int8 AND t.objsubid = $6::int4
+                       AND t.objid::int8 <> $5::int8) END AS another_tick_runs,
                   ${IN_RECOVERY}
              FROM judge`,
     params: [
-      tickKey.pair[0],
-      tickKey.pair[1],
       String(job.classid),
       String(job.objid),
       job.objsubid,
       String(tick.classid),
       String(tick.objid),
+      tick.objsubid,
+      ...tryTick.params,
     ],
   };
 }
