@@ -106,6 +106,60 @@ export function schedulerOverlapRaceCases<Tx, Session>(
       )
     ).map((r) => `${r.status} ${r.attempt}`);
 
+  /** A handler that records who ran which tick (seconds after BASE) in `ran`. */
+  const recorder =
+    (ran: string[], owner: string): JobHandler<Tx> =>
+    (run) => {
+      ran.push(`${owner} ${(run.tick.getTime() - BASE) / 1000}`);
+    };
+
+  /**
+   * Node A: once it is granted the job's lock, the statement after the next `pass` ones is held
+   * until `release()`; `reached` resolves then with the backend holding the job's lock.
+   */
+  const heldNode = (schema: string, job: string, pass: number) => {
+    const reached = gate<HeldRunner>();
+    const release = gate();
+    const held = holdingAfterArm(
+      fixture().newInstance(3).executor,
+      reached.open,
+      release.promise,
+      pass,
+    );
+    const key = jobLock(job);
+    const scheduler = createScheduler(
+      createLockClient(held.executor, {
+        schema,
+        onEvent: (e: LockkitEvent) => {
+          if (e.type === 'lock-acquired' && sameKey(e.key, key)) held.arm();
+        },
+      }),
+      { owner: 'a', now, catchUpGraceMs: 0 },
+    );
+    return { scheduler, reached: reached.promise, release: () => release.open() };
+  };
+
+  /**
+   * Node B, with a short claim wait: `cameBack` resolves at its second attempt at the job's lock,
+   * i.e. once it has timed out, judged, and come back to wait.
+   */
+  const judgingNode = (schema: string, job: string, clock: () => number) => {
+    const key = jobLock(job);
+    const cameBack = gate<'waits again'>();
+    let attempts = 0;
+    const scheduler = createScheduler(
+      createLockClient(fixture().newInstance(3).executor, {
+        schema,
+        onEvent: (e: LockkitEvent) => {
+          if (e.type === 'lock-attempt' && sameKey(e.key, key) && ++attempts === 2)
+            cameBack.open('waits again');
+        },
+      }),
+      { owner: 'b', now: clock, catchUpGraceMs: 0 },
+    );
+    return { scheduler, cameBack: cameBack.promise };
+  };
+
   /**
    * Node A fires the tick and is held right after the job's lock is granted; node B fires the same
    * tick, times out on the job's lock and judges; then A goes on (`fate` 'goes-on') or its backend
@@ -115,59 +169,34 @@ export function schedulerOverlapRaceCases<Tx, Session>(
     withLockkitSchema(fixture(), async (schema) => {
       const f = fixture();
       const job = jobName();
-      const key = jobLock(job);
-      const reached = gate<HeldRunner>();
-      const release = gate();
-      const held = holdingAfterArm(f.newInstance(3).executor, reached.open, release.promise);
       const ran: string[] = [];
-      const handler =
-        (owner: string): JobHandler<Tx> =>
-        () => {
-          ran.push(owner);
-        };
       const options = mode === 'lease' ? ({ mode: 'lease', lease: { ttlMs: 5000 } } as const) : {};
-      const a = createScheduler(
-        createLockClient(held.executor, {
-          schema,
-          onEvent: (e: LockkitEvent) => {
-            if (e.type === 'lock-acquired' && sameKey(e.key, key)) held.arm();
-          },
-        }),
-        { owner: 'a', now, catchUpGraceMs: 0 },
-      );
-      a.register(job, '* * * * * *', handler('a'), options);
-      let attempts = 0;
-      const judged = gate();
-      const b = createScheduler(
-        createLockClient(f.newInstance(3).executor, {
-          schema,
-          onEvent: (e: LockkitEvent) => {
-            // A second attempt at the job's lock: B timed out, judged, and came back to wait.
-            if (e.type === 'lock-attempt' && sameKey(e.key, key) && ++attempts === 2) judged.open();
-          },
-        }),
-        { owner: 'b', now, catchUpGraceMs: 0 },
-      );
-      b.register(job, '* * * * * *', handler('b'), { ...options, claimTimeoutMs: 200 });
-      const aRun = a.runTick(job, TICK);
+      const a = heldNode(schema, job, 0);
+      a.scheduler.register(job, '* * * * * *', recorder(ran, 'a'), options);
+      const b = judgingNode(schema, job, now);
+      b.scheduler.register(job, '* * * * * *', recorder(ran, 'b'), {
+        ...options,
+        claimTimeoutMs: 200,
+      });
+      const aRun = a.scheduler.runTick(job, TICK);
       const bRun = (async () => {
-        const runner = await reached.promise; // A holds the job's lock, its next statement held
-        const done = b.runTick(job, TICK);
+        const runner = await a.reached; // A holds the job's lock, its next statement held
+        const done = b.scheduler.runTick(job, TICK);
         // B judged: either it settled the tick at once, or it came back to wait for the job's lock.
-        await Promise.race([done, judged.promise]);
+        await Promise.race([done, b.cameBack]);
         if (fate === 'dies') await f.observer.terminate(runner.pid);
-        else release.open();
+        else a.release();
         await done;
       })();
       try {
         await bRun;
       } finally {
-        release.open(); // a dead runner goes on only now, to find its connection gone
+        a.release(); // a dead runner goes on only now, to find its connection gone
         await aRun;
       }
-      expect(ran).toEqual([fate === 'dies' ? 'b' : 'a']);
+      expect(ran).toEqual([fate === 'dies' ? 'b 0' : 'a 0']);
       expect(await statusOf(schema, job)).toEqual(['SUCCEEDED 1']);
-      await Promise.all([a.stop(), b.stop()]);
+      await Promise.all([a.scheduler.stop(), b.scheduler.stop()]);
     });
 
   test(
@@ -205,53 +234,28 @@ export function schedulerOverlapRaceCases<Tx, Session>(
       withLockkitSchema(fixture(), async (schema) => {
         const f = fixture();
         const job = jobName();
-        const key = jobLock(job);
-        const reached = gate<HeldRunner>();
-        const release = gate();
-        // A's claim of tick 0: the job's lock, then the tick's lock (let through), then held.
-        const held = holdingAfterArm(f.newInstance(3).executor, reached.open, release.promise, 1);
         const ran: string[] = [];
-        const handler =
-          (owner: string): JobHandler<Tx> =>
-          (run) => {
-            ran.push(`${owner} ${(run.tick.getTime() - BASE) / 1000}`);
-          };
         const lease = { mode: 'lease', lease: { ttlMs: 5000 } } as const;
-        const a = createScheduler(
-          createLockClient(held.executor, {
-            schema,
-            onEvent: (e: LockkitEvent) => {
-              if (e.type === 'lock-acquired' && sameKey(e.key, key)) held.arm();
-            },
-          }),
-          { owner: 'a', now, catchUpGraceMs: 0 },
-        );
-        a.register(job, '* * * * * *', handler('a'), lease);
-        let attempts = 0;
-        const cameBack = gate<'waits again'>();
-        const b = createScheduler(
-          createLockClient(f.newInstance(3).executor, {
-            schema,
-            onEvent: (e: LockkitEvent) => {
-              if (e.type === 'lock-attempt' && sameKey(e.key, key) && ++attempts === 2)
-                cameBack.open('waits again');
-            },
-          }),
-          { owner: 'b', now: () => BASE + 1000 + 10, catchUpGraceMs: 0 },
-        );
-        b.register(job, '* * * * * *', handler('b'), { ...lease, claimTimeoutMs: 200 });
+        // A's claim of tick 0: the job's lock, then the tick's lock (let through), then held.
+        const a = heldNode(schema, job, 1);
+        a.scheduler.register(job, '* * * * * *', recorder(ran, 'a'), lease);
+        const b = judgingNode(schema, job, () => BASE + 1000 + 10);
+        b.scheduler.register(job, '* * * * * *', recorder(ran, 'b'), {
+          ...lease,
+          claimTimeoutMs: 200,
+        });
         const skipped: string[] = [];
-        b.on('skipped-held', (e) => skipped.push(`${(e.tick.getTime() - BASE) / 1000}`));
-        const aRun = a.runTick(job, TICK);
+        b.scheduler.on('skipped-held', (e) => skipped.push(`${(e.tick.getTime() - BASE) / 1000}`));
+        const aRun = a.scheduler.runTick(job, TICK);
         let bRun: Promise<void> | undefined;
         try {
-          await reached.promise; // A's claim of tick 0 holds the job's lock and tick 0's lock
-          bRun = b.runTick(job, new Date(BASE + 1000));
+          await a.reached; // A's claim of tick 0 holds the job's lock and tick 0's lock
+          bRun = b.scheduler.runTick(job, new Date(BASE + 1000));
           // B times out and judges: an overlap, settled at once — not a wait for A's claim.
-          const judged = await Promise.race([bRun.then(() => 'settled'), cameBack.promise]);
+          const judged = await Promise.race([bRun.then(() => 'settled'), b.cameBack]);
           expect(judged).toBe('settled');
         } finally {
-          release.open();
+          a.release();
           await aRun;
           await bRun;
         }
@@ -264,7 +268,7 @@ export function schedulerOverlapRaceCases<Tx, Session>(
         expect(
           rows.map((r) => `${(new Date(r.tick).getTime() - BASE) / 1000} ${r.status}`),
         ).toEqual(['0 SUCCEEDED', '1 SKIPPED_OVERLAP']);
-        await Promise.all([a.stop(), b.stop()]);
+        await Promise.all([a.scheduler.stop(), b.scheduler.stop()]);
       }),
     30_000,
   );
