@@ -5,8 +5,10 @@
  * Each tick has one row in a ledger (see `ledger.ts` for the protocol). A node that fires a tick
  * waits (briefly) for the job's advisory lock, takes the tick's own lock, then looks the tick up
  * in the ledger: a late node finds it taken and skips; a node that cannot get the job's lock asks
- * who holds it — a run of this very tick (it waits for the outcome), a run of an earlier tick (an
- * overlap: skipped or queued), or nobody any more (it claims the tick itself).
+ * who holds it (see `whenHeld`) — a run of this very tick (it waits for the
+ * outcome), a transaction proven to be running ANOTHER tick (an overlap: skipped or queued), or
+ * anything else: nobody any more, or a holder that shows no other tick, such as a run of this tick
+ * between its two lock statements (it waits for the job's lock again).
  *
  * @packageDocumentation
  */
@@ -787,15 +789,28 @@ export class Scheduler<Tx> {
   }
 
   /**
-   * After the wait for the job's lock timed out: who holds it? Nobody any more, or a run of this
-   * very tick (`again`: wait once more — for the lock, or for that run's outcome); else a run of
-   * another tick: an overlap, recorded SKIPPED_OVERLAP or queued PENDING per the job's policy.
+   * After the wait for the job's lock timed out: who holds it? A run of this very tick (its tick
+   * lock is taken: `again`, wait for its outcome), or a transaction that holds the job's lock
+   * together with another tick's lock — a run (or, in lease mode, a claim) of another tick: an
+   * overlap, recorded SKIPPED_OVERLAP or queued PENDING per the job's policy. Anything else is
+   * `again` too: the job's lock is free by now, or its holder shows no tick of its own — which is
+   * what a run of THIS tick looks like between its two lock statements (the job's lock granted,
+   * the tick's not yet asked: one round trip, longer behind a pooler), and what a dying run looks
+   * like when Postgres has freed its tick lock a moment before its job lock. Skipping on that sight
+   * lost the tick (issue 24): the live runner then found it SKIPPED, the dead one ran nothing.
+   *
+   * Why not the other order for runners (tick lock, then job lock), which would make "the job's
+   * lock held, the tick's free" mean another tick? Nodes firing one tick would then queue on the
+   * tick's lock and, while an earlier tick's long run holds the job, time out and judge each other
+   * ('again') for the whole of that run. The judge here needs no order change and no schema
+   * change: the proof is read from `pg_locks` (by `virtualtransaction`, never by pid), with the
+   * tick's lock already held by the judge so that no run of this tick can start meanwhile.
    */
   private async whenHeld(job: Job<Tx>, tick: Date): Promise<HeldDecision> {
     const tickKey = this.tickKey(job, tick);
     return this.query(async (q) => {
-      const { jobFree, tickFree } = await this.ledger.holders(q, job.key, tickKey);
-      if (jobFree || !tickFree) return 'again';
+      const { tickFree, anotherTickRuns } = await this.ledger.judge(q, job.key, tickKey);
+      if (!tickFree || !anotherTickRuns) return 'again';
       return this.overlapped(job, tick, q);
     });
   }
@@ -1024,6 +1039,9 @@ export class Scheduler<Tx> {
 
   private async runInLease(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const schema = this.schema;
+    // Claims take the tick's lock as runs in transaction mode do, so that a node whose wait for
+    // the job's lock timed out judges a claim the same way (see whenHeld).
+    const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
     const settings = leaseSettings(job.lease);
     // A fresh tick that finds an earlier tick's run holding the job waits this long for it to
     // end (polling the lease), as transaction mode waits for the job's lock: a node whose clock
@@ -1040,6 +1058,7 @@ export class Scheduler<Tx> {
         claim = await this.locks.withLock<LeaseClaim>(
           job.key,
           async (_tx, ctx) => {
+            await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
             const state = await this.ledger.state(ctx.query, job, tick, now);
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
@@ -1088,8 +1107,12 @@ export class Scheduler<Tx> {
         );
       } catch (error) {
         if (error instanceof LockTimeoutError && !this.stopping.signal.aborted) {
-          // Claims hold the job's lock only briefly: a claim that waits this long is an overlap.
-          this.reportHeld(job, tick, await this.query((q) => this.overlapped(job, tick, q)));
+          // Claims hold the job's lock only briefly, so a wait this long meets a stuck claim. It
+          // is an overlap only when that claim is another tick's: a claim of this very tick that
+          // is slow, or dies, must not leave it SKIPPED for nobody to run (issue 24).
+          const decision = await this.whenHeld(job, tick);
+          if (decision === 'again') continue;
+          this.reportHeld(job, tick, decision);
           return NOTHING;
         }
         throw error;
