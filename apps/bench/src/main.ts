@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
@@ -23,6 +24,7 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { measureJsCost } from './js-cost.js';
@@ -138,6 +140,14 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     kind: 'run',
   },
   '@lockkit/prisma runExclusiveJob, run decision': { path: '@lockkit/prisma', kind: 'run' },
+  'kysely (node-postgres) transaction reference (try-lock, no lockkit)': {
+    path: 'kysely (node-postgres) transaction',
+    kind: 'run',
+  },
+  '@lockkit/kysely (node-postgres) runExclusiveJob, run decision': {
+    path: '@lockkit/kysely (node-postgres)',
+    kind: 'run',
+  },
   'pg-boss 10 singleton job cycle (send, fetch, complete)': {
     path: 'pg-boss 10 singleton job',
     kind: 'run',
@@ -236,6 +246,10 @@ async function main(): Promise<void> {
       const drizzlePg = drizzleNodePostgres(pool);
       const drizzlePjs = drizzlePostgresJs(sql);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
+      const kyselyPg = new Kysely<Record<string, never>>({
+        dialect: new PostgresDialect({ pool }),
+      });
+      const kyselyPgLocks = createKyselyLockKit(kyselyPg, { pool });
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -391,6 +405,22 @@ async function main(): Promise<void> {
           name: '@lockkit/drizzle (postgres.js) runExclusiveJob, run decision',
           operation: (client) =>
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: 'kysely (node-postgres) transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return kyselyPg
+              .transaction()
+              .execute((trx) =>
+                kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+              );
+          },
+        },
+        {
+          name: '@lockkit/kysely (node-postgres) runExclusiveJob, run decision',
+          operation: (client) =>
+            kyselyPgLocks.runExclusiveJob(namespace, `kpg-${runJobs[client]}`, async () => {}),
         },
         {
           name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',

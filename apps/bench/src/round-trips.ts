@@ -11,12 +11,14 @@ import { createRequire } from 'node:module';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { startPgBossPeer } from './pg-boss.js';
@@ -81,12 +83,24 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     const bareDrizzle = drizzle(pool);
     const dz = createDrizzleLockKit(bareDrizzle);
     const prismaKit = createPrismaLockKit(prisma);
+    const bareKysely = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool }),
+    });
+    const ky = createKyselyLockKit(bareKysely, { pool });
     const task = async () => {};
     const drizzleReference: Decide = (job) => {
       const [k1, k2] = keys(job);
       return bareDrizzle.transaction((tx) =>
         tx.execute(drizzleSql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`),
       );
+    };
+    const kyselyReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return bareKysely
+        .transaction()
+        .execute((trx) =>
+          kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+        );
     };
     const prismaReference: Decide = (job) => {
       const [k1, k2] = keys(job);
@@ -104,6 +118,8 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['drizzle (node-postgres) transaction', drizzleReference],
       ['@lockkit/prisma', (job) => prismaKit.runExclusiveJob(namespace, job, task)],
       ['prisma $transaction', prismaReference],
+      ['@lockkit/kysely (node-postgres)', (job) => ky.runExclusiveJob(namespace, job, task)],
+      ['kysely (node-postgres) transaction', kyselyReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
