@@ -19,8 +19,10 @@ import {
   RESET_AUTHORIZATION,
   SESSION_RESET,
   sendCancelRequest,
+  slotOf,
 } from '@lockkit/core/adapter';
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
+import { takePinned, underPinMark, watchConnects } from './pinned-client.js';
 
 /** A connection of the `pg.Pool` under Kysely, as lockkit uses it. */
 export interface KyselyPgClientLike extends PgEventSourceLike {
@@ -32,6 +34,8 @@ export interface KyselyPgClientLike extends PgEventSourceLike {
   readonly port?: number;
   /** Set by the pool at checkout: with `true`, the pool destroys the connection. */
   release?: (destroy?: boolean | Error) => void;
+  /** The transaction status of the last ReadyForQuery: `'I'` idle, `'T'` open, `'E'` failed. */
+  getTransactionStatus?(): string | null;
 }
 
 /**
@@ -39,6 +43,7 @@ export interface KyselyPgClientLike extends PgEventSourceLike {
  * `'connect'` events, and its `max` option.
  */
 export interface KyselyPgPoolLike {
+  connect(): Promise<KyselyPgClientLike>;
   on(event: 'acquire' | 'connect', listener: (client: KyselyPgClientLike) => void): unknown;
   readonly options?: { readonly max?: number | undefined };
 }
@@ -97,11 +102,18 @@ function interrupter(client: KyselyPgClientLike | undefined): (() => Promise<voi
     return undefined;
   if (typeof host !== 'string' || typeof port !== 'number') return undefined;
   return () => {
-    // pg-pool sets `release` at each checkout; Kysely calls it without an error when it is done.
-    const release = client.release;
-    if (typeof release === 'function') client.release = () => release.call(client, true);
+    destroyOnRelease(client);
     return sendCancelRequest({ host, port, pid: processID, secretKey });
   };
+}
+
+/**
+ * Makes the pool close `client` when Kysely gives it back: pg-pool sets `release` at each checkout,
+ * and Kysely calls it without an error when it is done.
+ */
+function destroyOnRelease(client: KyselyPgClientLike): void {
+  const release = client.release;
+  if (typeof release === 'function') client.release = () => release.call(client, true);
 }
 
 /**
@@ -136,6 +148,7 @@ export function kyselyExecutor<DB>(
   const pool = options.pool;
   if (pool !== undefined) {
     guardCheckouts(pool);
+    watchConnects(pool);
     // Some connection closed: ask at once which watched backends are gone.
     pool.on('connect', (client) => {
       client.on('end', () => void watch.check());
@@ -195,32 +208,55 @@ export function kyselyExecutor<DB>(
     },
     session<T>(fn: (ctx: SessionContext<Kysely<DB>>) => Promise<T>): Promise<T> {
       nested.check();
-      return db.connection().execute(async (connection) => {
-        const fate = new ConnectionFate();
-        const query = sender(connection as unknown as Kysely<never>, fate);
-        const [row] = await query(BACKEND_PID);
-        const unwatch = watched(row?.pid, fate);
-        const interrupt = singleConnection ? interrupter(lent) : undefined;
-        let discarded = false;
-        try {
-          return await nested.run(() =>
-            fn({
-              query,
-              session: connection,
-              get signal() {
-                return fate.signal;
-              },
-              discard: () => {
-                discarded = true;
-              },
-              ...(interrupt && { interrupt }),
-            }),
-          );
-        } finally {
-          unwatch();
-          if (discarded && !fate.aborted) await resetOrEnd(query);
-        }
-      });
+      const pinned = () =>
+        db.connection().execute(async (connection) => {
+          // The pg connection under it, when lockkit has the pool: its startup pid, its
+          // transaction status, and the one connection to close afterwards.
+          const client = pool === undefined ? undefined : takePinned<KyselyPgClientLike>();
+          const fate = new ConnectionFate();
+          const slot = client === undefined ? undefined : slotOf(client);
+          if (slot) slot.current = fate;
+          const query = sender(connection as unknown as Kysely<never>, fate);
+          let unwatch: (() => void) | undefined;
+          if (slot === undefined) {
+            const [row] = await query(BACKEND_PID);
+            unwatch = watched(row?.pid, fate);
+          }
+          // Alone in its pool, a wait can only be cancelled with the protocol's own request; with
+          // more connections core cancels from another one.
+          const interrupt = singleConnection ? interrupter(client ?? lent) : undefined;
+          let discarded = false;
+          try {
+            return await nested.run(() =>
+              fn({
+                query,
+                session: connection,
+                get signal() {
+                  return fate.signal;
+                },
+                backendPid: client?.processID ?? undefined,
+                ...(typeof client?.getTransactionStatus === 'function' && {
+                  inTransaction: () => {
+                    const status = client.getTransactionStatus?.();
+                    return status === 'T' || status === 'E';
+                  },
+                }),
+                discard: () => {
+                  discarded = true;
+                },
+                ...(interrupt && { interrupt }),
+              }),
+            );
+          } finally {
+            unwatch?.();
+            if (slot?.current === fate) slot.current = undefined;
+            if (discarded && !fate.aborted) {
+              if (client) destroyOnRelease(client);
+              else await resetOrEnd(query);
+            }
+          }
+        });
+      return pool === undefined ? pinned() : underPinMark(pinned);
     },
   };
   return Object.freeze(executor);

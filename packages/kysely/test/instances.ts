@@ -10,13 +10,23 @@ import { kyselyExecutor } from '../src/index.js';
 // biome-ignore lint/complexity/noBannedTypes: a database type with no tables
 export type TestDatabase = {};
 
-export function kyselyInstance(url: string, poolSize: number, transactionPooler = false) {
+export function kyselyInstance(
+  url: string,
+  poolSize: number,
+  transactionPooler = false,
+  givePool = true,
+) {
   const pool = new pg.Pool({ connectionString: url, max: poolSize });
   pool.on('error', () => {});
+  if (!givePool) {
+    // What a user who keeps the pool from lockkit must do anyway: node-postgres emits 'error' on a
+    // checked-out connection whose server went away, and with no listener the process crashes.
+    pool.on('connect', (client) => client.on('error', () => {}));
+  }
   const db = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,
-    executor: kyselyExecutor(db, { transactionPooler, pool }),
+    executor: kyselyExecutor(db, { transactionPooler, ...(givePool && { pool }) }),
     checkedOut: () => pool.totalCount - pool.idleCount,
     close: () => db.destroy(),
   };
