@@ -2,8 +2,8 @@
  * The Kysely executor: every lock in `db.transaction().execute(…)`, every session on a connection
  * pinned with `db.connection().execute(…)`, lockkit's statements sent as Kysely compiled queries
  * with their `$n` parameters. Only Kysely's public API is used, so it works on any Postgres
- * dialect; what Kysely does not show (the driver's connection events, its pool's size) comes from
- * the optional `pool` option.
+ * dialect; what Kysely does not show (the driver's connections, their events, the pool's size)
+ * comes from the optional `pool` option.
  */
 import type { LockExecutor, QueryFn, Row, SessionContext } from '@lockkit/core';
 import {
@@ -54,8 +54,9 @@ export interface KyselyExecutorOptions {
   readonly name?: string;
   /**
    * Declare a transaction-pooling proxy (PgBouncer in transaction mode, Supavisor, RDS Proxy,
-   * pgcat): session scope is then refused before any SQL. Kysely does not report the backend pid
-   * its driver was given at connect, so lockkit cannot detect such a proxy on its own: declare it.
+   * pgcat): session scope is then refused before any SQL. With the `pool` option lockkit also
+   * detects PgBouncer on its own; without it, it cannot (Kysely does not report the backend pid
+   * its driver was given at connect): declare it.
    */
   readonly transactionPooler?: boolean;
   /**
@@ -63,7 +64,9 @@ export interface KyselyExecutorOptions {
    * `'error'` on a checked-out connection whose server went away, and with no listener that
    * crashes the process: with the pool, lockkit listens on every connection it hands out, learns
    * at once that a connection closed, and knows a pool of one (a lockkit call from inside a task
-   * is then refused with `NESTED_CALL` instead of waiting forever).
+   * is then refused with `NESTED_CALL` instead of waiting forever). lockkit also wraps the pool's
+   * `connect()` once, to see which connection Kysely pinned for a session: its startup pid
+   * detects a transaction pooler, and it is closed after the task instead of reset.
    */
   readonly pool?: KyselyPgPoolLike;
   /**
