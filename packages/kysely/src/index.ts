@@ -21,7 +21,12 @@ import { createLockClient, type LockClient, type LockClientOptions } from '@lock
 import type { Kysely, Transaction } from 'kysely';
 import { type KyselyExecutorOptions, kyselyExecutor } from './executor.js';
 
-export { type KyselyExecutorOptions, type KyselyPgPoolLike, kyselyExecutor } from './executor.js';
+export {
+  type KyselyExecutorOptions,
+  type KyselyPgClientLike,
+  type KyselyPgPoolLike,
+  kyselyExecutor,
+} from './executor.js';
 
 /** Options of {@link createLockKit}: executor options plus the lock client's defaults. */
 export type KyselyLockKitOptions = KyselyExecutorOptions & LockClientOptions;
