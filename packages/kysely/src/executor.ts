@@ -110,6 +110,25 @@ function interrupter(client: KyselyPgClientLike | undefined): (() => Promise<voi
   };
 }
 
+/** How long a session call waits for its closed connection's server to hang up. */
+const CLOSE_WAIT_MS = 2000;
+
+/**
+ * Resolves once `client`'s connection has ended: the server hangs up after its backend exited, and
+ * with it every lock of the session is gone. Bounded, so that a silent network cannot hold the
+ * call.
+ */
+function closedOf(client: KyselyPgClientLike): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, CLOSE_WAIT_MS);
+    timer.unref();
+    client.on('end', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
 /**
  * Makes the pool close `client` when Kysely gives it back: pg-pool sets `release` at each checkout,
  * and Kysely calls it without an error when it is done.
@@ -211,6 +230,8 @@ export function kyselyExecutor<DB>(
     },
     session<T>(fn: (ctx: SessionContext<Kysely<DB>>) => Promise<T>): Promise<T> {
       nested.check();
+      // Set when the session's connection is to be closed: resolves once it has.
+      let closed: Promise<void> | undefined;
       const pinned = () =>
         db.connection().execute(async (connection) => {
           // The pg connection under it, when lockkit has the pool: its startup pid, its
@@ -254,12 +275,17 @@ export function kyselyExecutor<DB>(
             unwatch?.();
             if (slot?.current === fate) slot.current = undefined;
             if (discarded && !fate.aborted) {
-              if (client) destroyOnRelease(client);
-              else await resetOrEnd(query);
+              if (client) {
+                closed = closedOf(client);
+                destroyOnRelease(client);
+              } else await resetOrEnd(query);
             }
           }
         });
-      return pool === undefined ? pinned() : underPinMark(pinned);
+      const opened = pool === undefined ? pinned() : underPinMark(pinned);
+      // Postgres frees a closed session's locks as its backend exits: the call returns after that,
+      // so no caller finds the session's locks still held once it has.
+      return opened.finally(() => closed);
     },
   };
   return Object.freeze(executor);
