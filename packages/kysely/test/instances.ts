@@ -26,6 +26,7 @@ export function kyselyInstance(
   const db = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,
+    pool,
     executor: kyselyExecutor(db, { transactionPooler, ...(givePool && { pool }) }),
     checkedOut: () => pool.totalCount - pool.idleCount,
     close: () => db.destroy(),
