@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
@@ -24,6 +25,7 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { DataSource } from 'typeorm';
@@ -145,6 +147,14 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     kind: 'run',
   },
   '@lockkit/typeorm runExclusiveJob, run decision': { path: '@lockkit/typeorm', kind: 'run' },
+  'kysely (node-postgres) transaction reference (try-lock, no lockkit)': {
+    path: 'kysely (node-postgres) transaction',
+    kind: 'run',
+  },
+  '@lockkit/kysely (node-postgres) runExclusiveJob, run decision': {
+    path: '@lockkit/kysely (node-postgres)',
+    kind: 'run',
+  },
   'pg-boss 10 singleton job cycle (send, fetch, complete)': {
     path: 'pg-boss 10 singleton job',
     kind: 'run',
@@ -249,6 +259,10 @@ async function main(): Promise<void> {
         poolSize: clients,
       }).initialize();
       const typeormLocks = createTypeOrmLockKit(typeorm);
+      const kyselyPg = new Kysely<Record<string, never>>({
+        dialect: new PostgresDialect({ pool }),
+      });
+      const kyselyPgLocks = createKyselyLockKit(kyselyPg, { pool });
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -418,6 +432,22 @@ async function main(): Promise<void> {
           name: '@lockkit/typeorm runExclusiveJob, run decision',
           operation: (client) =>
             typeormLocks.runExclusiveJob(namespace, `typeorm-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: 'kysely (node-postgres) transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return kyselyPg
+              .transaction()
+              .execute((trx) =>
+                kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+              );
+          },
+        },
+        {
+          name: '@lockkit/kysely (node-postgres) runExclusiveJob, run decision',
+          operation: (client) =>
+            kyselyPgLocks.runExclusiveJob(namespace, `kpg-${runJobs[client]}`, async () => {}),
         },
         {
           name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',

@@ -11,6 +11,7 @@ import { createRequire } from 'node:module';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
@@ -18,6 +19,7 @@ import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { DataSource } from 'typeorm';
@@ -88,12 +90,24 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     const bareDrizzle = drizzle(pool);
     const dz = createDrizzleLockKit(bareDrizzle);
     const prismaKit = createPrismaLockKit(prisma);
+    const bareKysely = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool }),
+    });
+    const ky = createKyselyLockKit(bareKysely, { pool });
     const task = async () => {};
     const drizzleReference: Decide = (job) => {
       const [k1, k2] = keys(job);
       return bareDrizzle.transaction((tx) =>
         tx.execute(drizzleSql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`),
       );
+    };
+    const kyselyReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return bareKysely
+        .transaction()
+        .execute((trx) =>
+          kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+        );
     };
     const prismaReference: Decide = (job) => {
       const [k1, k2] = keys(job);
@@ -120,6 +134,8 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['prisma $transaction', prismaReference],
       ['@lockkit/typeorm', (job) => typeormKit.runExclusiveJob(namespace, job, task)],
       ['typeorm transaction', typeormReference],
+      ['@lockkit/kysely (node-postgres)', (job) => ky.runExclusiveJob(namespace, job, task)],
+      ['kysely (node-postgres) transaction', kyselyReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);

@@ -10,18 +10,20 @@ import {
   type TransactionContext,
 } from '@lockkit/core';
 import { createLockKit as drizzleKit } from '@lockkit/drizzle';
+import { createLockKit as kyselyKit } from '@lockkit/kysely';
 import { createLockKit as pgKit } from '@lockkit/pg';
 import { createLockKit as postgresKit } from '@lockkit/postgres';
 import { createLockKit as prismaKit } from '@lockkit/prisma';
 import { typeormExecutor } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { DataSource, type EntityManager, type QueryRunner } from 'typeorm';
 
 /** The adapters the demo can run on. */
-export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle', 'typeorm'] as const;
+export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle', 'typeorm', 'kysely'] as const;
 /** One of {@link ADAPTERS}. */
 export type AdapterName = (typeof ADAPTERS)[number];
 
@@ -54,6 +56,15 @@ export function connect(
       return {
         locks: drizzleKit(drizzle(pool), { schema }) as LockClient<unknown, unknown>,
         close: () => pool.end(),
+      };
+    }
+    case 'kysely': {
+      const pool = new pg.Pool({ connectionString: url, max: poolSize });
+      pool.on('error', () => {});
+      const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool }) });
+      return {
+        locks: kyselyKit(db, { pool, schema }) as unknown as LockClient<unknown, unknown>,
+        close: () => db.destroy(),
       };
     }
     case 'prisma': {
