@@ -2,16 +2,30 @@
  * One memory probe, run as its own process by `memory.ts`: prints, as JSON, the resident set and
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
- * of one whose scheduler has 10,000 jobs registered and started — after a full GC.
+ * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC.
  *
- *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k <database url>
+ *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
 import { createScheduler } from '@lockkit/core';
 import { createLockKit } from '@lockkit/pg';
 import pg from 'pg';
 
 /** Which process to measure. */
-export type Probe = 'bare' | 'pool16' | 'scheduler10k';
+export type Probe = 'bare' | 'pool16' | 'scheduler10k' | 'scheduler10kDistinct';
+
+/**
+ * 10,000 distinct cron expressions, none of which fires for months: every second/minute pair of
+ * an hour (3,600), on the first, second or third day of the month that is six months away.
+ */
+function distinctSchedules(now: Date): string[] {
+  // Cron months count from 1: six months after this one, so no tick falls in the measurement.
+  const month = ((now.getUTCMonth() + 6) % 12) + 1;
+  return Array.from(
+    { length: 10_000 },
+    (_, j) => `${j % 60} ${Math.floor(j / 60) % 60} * ${1 + Math.floor(j / 3600)} ${month} *`,
+  );
+}
 
 async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb: number }> {
   const settle = async () => {
@@ -38,8 +52,13 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
   }
   await locks.migrate();
   const scheduler = createScheduler(locks);
-  // Hourly jobs: registered, scheduled and waiting, none firing during the measurement.
-  for (let j = 0; j < 10_000; j++) scheduler.register(`memory-${j}`, '0 0 * * * *', () => {});
+  // Registered, scheduled and waiting, none firing during the measurement: hourly jobs on one
+  // shared schedule, or each on its own.
+  const distinct = kind === 'scheduler10kDistinct' ? distinctSchedules(new Date()) : undefined;
+  for (let j = 0; j < 10_000; j++) {
+    const name = distinct ? `memory-distinct-${j}` : `memory-${j}`;
+    scheduler.register(name, distinct?.[j] ?? '0 0 * * * *', () => {});
+  }
   await scheduler.start();
   const mb = await settle();
   await scheduler.stop({ timeoutMs: 1000 });
