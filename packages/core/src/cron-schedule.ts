@@ -5,6 +5,7 @@
  * @packageDocumentation
  */
 import { Cron } from 'croner';
+import { shareCronTables } from './cron-tables.js';
 import { LockkitError } from './errors.js';
 
 /** The time zone a schedule is read in when none is given: UTC, whatever the host's zone. */
@@ -27,17 +28,49 @@ export function scheduleIdentity(cron: string, options: ScheduleOptions): string
 }
 
 /**
+ * A croner `Cron` that remembers its last answer to `nextRun(after)`: tick T, the first after
+ * `after`, is also the first after any instant in [after, T). The 10,000 jobs of one schedule,
+ * each asking from a slightly later instant as they are registered and started, then cost one
+ * look-up (croner's look-ups in a named zone each format dates through `Intl`, which is what
+ * filled memory while a large scheduler started), and the answers are croner's own.
+ */
+class RememberingCron extends Cron {
+  /** The `after` of the remembered look-up (ms), or NaN when none is. */
+  private askedAfter = Number.NaN;
+  /** Its answer (ms), or NaN when the schedule has no tick after `askedAfter`. */
+  private answer = Number.NaN;
+
+  override nextRun(prev?: Parameters<Cron['nextRun']>[0]): Date | null {
+    if (!(prev instanceof Date)) return super.nextRun(prev);
+    const after = prev.getTime();
+    // Comparisons with NaN are false: nothing remembered, or no tick, asks croner.
+    if (after >= this.askedAfter && after < this.answer) return new Date(this.answer);
+    const next = super.nextRun(prev);
+    this.askedAfter = after;
+    this.answer = next === null ? Number.NaN : next.getTime();
+    return next;
+  }
+}
+
+/**
  * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC.
+ * Its field tables are shared with every other schedule's equal ones (`cron-tables.ts`): a
+ * distinct schedule costs about a kilobyte, not croner's ~82 KB.
  * @throws croner's error for an invalid expression or time zone (an impossible zone shows only
  * when a tick is computed, which this does once).
  */
 export function parseSchedule(cron: string, options: ScheduleOptions): Cron {
-  const parsed = new Cron(cron, {
+  const timezone = options.timezone ?? DEFAULT_TIMEZONE;
+  const parsed = new RememberingCron(cron, {
     paused: true,
     domAndDow: options.domAndDow ?? false,
-    timezone: options.timezone ?? DEFAULT_TIMEZONE,
+    // UTC never changes its offset: croner's fixed-offset path gives the same ticks by plain
+    // arithmetic, where a named zone formats dates through Intl (whose first use alone maps ~8 MB
+    // of ICU data into the process). cron-schedule.test.ts checks the ticks are the same.
+    ...(timezone === 'UTC' || timezone === 'Etc/UTC' ? { utcOffset: 0 } : { timezone }),
   });
   parsed.nextRun();
+  shareCronTables(parsed);
   return parsed;
 }
 
