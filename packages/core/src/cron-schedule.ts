@@ -4,7 +4,7 @@
  *
  * @packageDocumentation
  */
-import { Cron } from 'croner';
+import { Cron, type CronOptions } from 'croner';
 import { shareCronTables } from './cron-tables.js';
 import { LockkitError } from './errors.js';
 
@@ -17,14 +17,6 @@ export interface ScheduleOptions {
   readonly timezone?: string | undefined;
   /** Both day-of-month and day-of-week must match (node-cron); default either (croner). */
   readonly domAndDow?: boolean | undefined;
-}
-
-/**
- * A key equal for two schedules exactly when they are read the same way: the expression, the time
- * zone (an omitted one is UTC) and the day-field rule (which changes which ticks exist).
- */
-export function scheduleIdentity(cron: string, options: ScheduleOptions): string {
-  return `${options.timezone ?? DEFAULT_TIMEZONE}\u0000${options.domAndDow ?? false}\u0000${cron}`;
 }
 
 /**
@@ -61,14 +53,30 @@ class RememberingCron extends Cron {
  */
 export function parseSchedule(cron: string, options: ScheduleOptions): Cron {
   const timezone = options.timezone ?? DEFAULT_TIMEZONE;
-  const parsed = new RememberingCron(cron, {
+  // UTC never changes its offset: croner's fixed-offset path gives the same ticks by plain
+  // arithmetic, where a named zone formats dates through Intl (whose first use alone maps ~8 MB
+  // of ICU data into the process). cron-schedule.test.ts checks the ticks are the same.
+  const utc = timezone === 'UTC' || timezone === 'Etc/UTC';
+  const settings: { [K in keyof CronOptions]?: CronOptions[K] | undefined } = {
     paused: true,
     domAndDow: options.domAndDow ?? false,
-    // UTC never changes its offset: croner's fixed-offset path gives the same ticks by plain
-    // arithmetic, where a named zone formats dates through Intl (whose first use alone maps ~8 MB
-    // of ICU data into the process). cron-schedule.test.ts checks the ticks are the same.
-    ...(timezone === 'UTC' || timezone === 'Etc/UTC' ? { utcOffset: 0 } : { timezone }),
-  });
+    timezone: utc ? undefined : timezone,
+    utcOffset: utc ? 0 : undefined,
+    // croner fills in the rest of its options on this object, which it keeps: named here (its
+    // defaults come for undefined), they have room in the object instead of a second one.
+    legacyMode: undefined,
+    maxRuns: undefined,
+    catch: undefined,
+    unref: undefined,
+    mode: undefined,
+    alternativeWeekdays: undefined,
+    sloppyRanges: undefined,
+    fixedTimeRule: undefined,
+    allowPast: undefined,
+    interval: undefined,
+    dayOffset: undefined,
+  };
+  const parsed = new RememberingCron(cron, settings as CronOptions);
   parsed.nextRun();
   shareCronTables(parsed);
   return parsed;
