@@ -4,12 +4,7 @@
  * @packageDocumentation
  */
 import type { Cron } from 'croner';
-import {
-  checkFiresAfter,
-  parseSchedule,
-  type ScheduleOptions,
-  scheduleIdentity,
-} from './cron-schedule.js';
+import { DEFAULT_TIMEZONE, parseSchedule, type ScheduleOptions } from './cron-schedule.js';
 import { scheduleHash } from './ledger.js';
 
 /** One schedule as jobs share it: croner's parse and the ledger's hash of how it is read. */
@@ -20,48 +15,40 @@ export interface BookedSchedule {
   readonly hash: string;
 }
 
-interface Entry extends BookedSchedule {
-  /** A tick found after an earlier check (ms), or `-Infinity` before the first check. */
-  knownTick: number;
-}
-
 /**
- * Schedules by how they are read ({@link scheduleIdentity}): jobs on one schedule share the parse,
- * the hash and the "has a tick to come" check, so that 10,000 jobs on one schedule cost 10,000
- * references rather than 10,000 parses and as many hashes and tick look-ups.
+ * Schedules by how they are read: the day-field rule, the time zone (an omitted one is UTC) and
+ * the expression. Jobs on one schedule share its parse and its hash, so that 10,000 jobs on one
+ * schedule cost 10,000 references rather than 10,000 parses and hashes. The look-up goes through
+ * nested maps keyed by the strings the caller already holds, so no key string is built and kept.
  */
 export class ScheduleBook {
-  private readonly entries = new Map<string, Entry>();
+  /** By `domAndDow` (index 0 for false, 1 for true), then time zone, then expression. */
+  private readonly byRule = [
+    new Map<string, Map<string, BookedSchedule>>(),
+    new Map<string, Map<string, BookedSchedule>>(),
+  ] as const;
 
   /**
    * The schedule of `cron` read with `options`, parsed the first time it is asked for.
    * @throws croner's error for an invalid expression or time zone (see {@link parseSchedule}).
    */
   get(cron: string, options: ScheduleOptions): BookedSchedule {
-    const id = scheduleIdentity(cron, options);
-    let entry = this.entries.get(id);
-    if (entry === undefined) {
-      entry = {
+    const domAndDow = options.domAndDow === true;
+    const timezone = options.timezone ?? DEFAULT_TIMEZONE;
+    const byZone = this.byRule[domAndDow ? 1 : 0];
+    let byCron = byZone.get(timezone);
+    let booked = byCron?.get(cron);
+    if (booked === undefined) {
+      booked = {
         cron: parseSchedule(cron, options),
-        hash: scheduleHash(cron, options.timezone ?? 'UTC', options.domAndDow === true),
-        knownTick: Number.NEGATIVE_INFINITY,
+        hash: scheduleHash(cron, timezone, domAndDow),
       };
-      this.entries.set(id, entry);
+      if (byCron === undefined) {
+        byCron = new Map();
+        byZone.set(timezone, byCron);
+      }
+      byCron.set(cron, booked);
     }
-    return entry;
-  }
-
-  /**
-   * Refuses a schedule with no tick after `from` (see {@link checkFiresAfter}). A tick found
-   * after an earlier `from` that is still after this one answers without asking croner again.
-   * @throws LockkitError `OPTION_INVALID`
-   */
-  checkFiresAfter(schedule: BookedSchedule, cron: string, from: Date, job: string): void {
-    const entry = schedule as Entry;
-    if (entry.knownTick > from.getTime()) return;
-    const next = entry.cron.nextRun(from);
-    // The one look-up answers the check too: no tick is the usual OPTION_INVALID.
-    checkFiresAfter({ nextRun: () => next }, cron, from, job);
-    if (next !== null) entry.knownTick = next.getTime();
+    return booked;
   }
 }

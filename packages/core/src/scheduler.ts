@@ -16,6 +16,7 @@ import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
+import { checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -493,7 +494,8 @@ export class Scheduler<Tx> {
     const lease =
       options.lease === undefined ? this.ownerOnlyLease : { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
-    this.schedules.checkFiresAfter(booked, cron, new Date(this.now()), name);
+    // The jobs of one schedule ask from nearly the same instant: croner answers the first.
+    checkFiresAfter(booked.cron, cron, new Date(this.now()), name);
     const parsed = booked.cron;
     const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
