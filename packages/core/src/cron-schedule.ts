@@ -44,6 +44,50 @@ class RememberingCron extends Cron {
   }
 }
 
+/** croner's options, by day-field rule (index 0 for either, 1 for both) and time zone. */
+const settingsByRule = [new Map<string, CronOptions>(), new Map<string, CronOptions>()] as const;
+
+/**
+ * The options object croner is given for a reading, one per rule and zone, shared by every
+ * schedule read that way. croner completes its options object in place and keeps it, reading it
+ * only from then on; completing a completed one sets the same values again (`cron-schedule.test.ts`
+ * checks the answers, `cron-tables.test.ts` the sharing). Shared, it is not ~150 bytes a schedule.
+ */
+function cronSettings(options: ScheduleOptions): CronOptions {
+  const timezone = options.timezone ?? DEFAULT_TIMEZONE;
+  const domAndDow = options.domAndDow ?? false;
+  const byZone = settingsByRule[domAndDow ? 1 : 0];
+  let settings = byZone.get(timezone);
+  if (settings === undefined) {
+    // UTC never changes its offset: croner's fixed-offset path gives the same ticks by plain
+    // arithmetic, where a named zone formats dates through Intl (whose first use alone maps ~8 MB
+    // of ICU data into the process). cron-schedule.test.ts checks the ticks are the same.
+    const utc = timezone === 'UTC' || timezone === 'Etc/UTC';
+    const named: { [K in keyof CronOptions]?: CronOptions[K] | undefined } = {
+      paused: true,
+      domAndDow,
+      timezone: utc ? undefined : timezone,
+      utcOffset: utc ? 0 : undefined,
+      // croner fills in the rest of its options on this object: named here (its defaults come
+      // for undefined), they have room in the object instead of a second one.
+      legacyMode: undefined,
+      maxRuns: undefined,
+      catch: undefined,
+      unref: undefined,
+      mode: undefined,
+      alternativeWeekdays: undefined,
+      sloppyRanges: undefined,
+      fixedTimeRule: undefined,
+      allowPast: undefined,
+      interval: undefined,
+      dayOffset: undefined,
+    };
+    settings = named as CronOptions;
+    byZone.set(timezone, settings);
+  }
+  return settings;
+}
+
 /**
  * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC.
  * Its field tables are shared with every other schedule's equal ones (`cron-tables.ts`): a
@@ -52,31 +96,7 @@ class RememberingCron extends Cron {
  * when a tick is computed, which this does once).
  */
 export function parseSchedule(cron: string, options: ScheduleOptions): Cron {
-  const timezone = options.timezone ?? DEFAULT_TIMEZONE;
-  // UTC never changes its offset: croner's fixed-offset path gives the same ticks by plain
-  // arithmetic, where a named zone formats dates through Intl (whose first use alone maps ~8 MB
-  // of ICU data into the process). cron-schedule.test.ts checks the ticks are the same.
-  const utc = timezone === 'UTC' || timezone === 'Etc/UTC';
-  const settings: { [K in keyof CronOptions]?: CronOptions[K] | undefined } = {
-    paused: true,
-    domAndDow: options.domAndDow ?? false,
-    timezone: utc ? undefined : timezone,
-    utcOffset: utc ? 0 : undefined,
-    // croner fills in the rest of its options on this object, which it keeps: named here (its
-    // defaults come for undefined), they have room in the object instead of a second one.
-    legacyMode: undefined,
-    maxRuns: undefined,
-    catch: undefined,
-    unref: undefined,
-    mode: undefined,
-    alternativeWeekdays: undefined,
-    sloppyRanges: undefined,
-    fixedTimeRule: undefined,
-    allowPast: undefined,
-    interval: undefined,
-    dayOffset: undefined,
-  };
-  const parsed = new RememberingCron(cron, settings as CronOptions);
+  const parsed = new RememberingCron(cron, cronSettings(options));
   parsed.nextRun();
   shareCronTables(parsed);
   return parsed;

@@ -61,6 +61,18 @@ describe('croner tables', () => {
     expect(shared.previousRuns(40, from)).toEqual(plain.previousRuns(40, from));
   });
 
+  it("schedules read alike share croner's completed options object, read apart do not", () => {
+    const optionsOf = (cron: Cron) => (cron as unknown as { options: object }).options;
+    const a = parseSchedule('1 2 3 * * *', { timezone: 'Asia/Tokyo' });
+    const b = parseSchedule('4 5 6 * * *', { timezone: 'Asia/Tokyo' });
+    const c = parseSchedule('4 5 6 * * *', { timezone: 'Asia/Tokyo', domAndDow: true });
+    expect(optionsOf(a)).toBe(optionsOf(b));
+    expect(optionsOf(c)).not.toBe(optionsOf(a));
+    // Completed twice, the object holds what croner completes a fresh one to.
+    const plain = new Cron('4 5 6 * * *', { paused: true, timezone: 'Asia/Tokyo' });
+    expect({ ...optionsOf(b) }).toEqual({ ...optionsOf(plain) });
+  });
+
   it('shared tables are frozen: a write into one (a later croner writing after parse) throws', () => {
     const year = patternOf(parseSchedule('0 0 * * * *', {})).year as number[];
     expect(Object.isFrozen(year)).toBe(true);
