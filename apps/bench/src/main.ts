@@ -538,12 +538,17 @@ async function leaseRenewal(url: string): Promise<void> {
   if (flags.json) console.log(JSON.stringify({ leaseRenewal: results }));
 }
 
-/** The memory probes' figures, each against the bare process. */
+/** The memory probes' figures, each against the bare process, at once and settled. */
 function printMemory(memory: MemoryReport): void {
+  const bare = memory.bare;
   const above = (m: ProcessMemory) =>
-    `RSS ${m.rssMb} MB (+${(m.rssMb - memory.bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - memory.bare.liveMb).toFixed(1)})`;
-  console.log('\nMemory after a full GC, against a bare process (node-postgres loaded):');
-  console.log(`  bare process: RSS ${memory.bare.rssMb} MB, live JS ${memory.bare.liveMb} MB`);
+    `RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
+  console.log(
+    '\nMemory after a full GC, and settled (after 10 s idle), against a bare process (node-postgres loaded):',
+  );
+  console.log(
+    `  bare process: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,
+  );
   console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
   console.log(
     `  scheduler with 10,000 jobs registered and started, one shared schedule: ${above(memory.scheduler10k)}`,

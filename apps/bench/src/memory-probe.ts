@@ -3,7 +3,8 @@
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
  * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
- * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC.
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC,
+ * and again after 10 s of idling (`settled`).
  *
  *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
@@ -27,8 +28,18 @@ function distinctSchedules(now: Date): string[] {
   );
 }
 
-async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb: number }> {
-  const settle = async () => {
+/** Memory in MB: resident set, and live JavaScript memory (heap used + external). */
+interface Reading {
+  readonly rssMb: number;
+  readonly liveMb: number;
+}
+
+/** How long a probe idles before its settled reading: V8's memory reducer runs within it. */
+const SETTLE_MS = 10_000;
+
+/** Memory after a full GC, and again after {@link SETTLE_MS} of idling, GC'd again. */
+async function readings(): Promise<Reading & { settled: Reading }> {
+  const read = async (): Promise<Reading> => {
     for (let i = 0; i < 3; i++) {
       (globalThis as { gc?: () => void }).gc?.();
       await new Promise((r) => setTimeout(r, 50));
@@ -36,8 +47,17 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
     const { rss, heapUsed, external } = process.memoryUsage();
     return { rssMb: rss / 2 ** 20, liveMb: (heapUsed + external) / 2 ** 20 };
   };
-  if (kind === 'bare') return settle();
-  const pool = new pg.Pool({ connectionString: url, max: 16 });
+  const atOnce = await read();
+  // A process that has just allocated a lot keeps its young generation grown until V8's memory
+  // reducer sees it idle and shrinks it: what a long-running scheduler holds is after that.
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
+  return { ...atOnce, settled: await read() };
+}
+
+async function probe(kind: Probe, url: string): Promise<Reading & { settled: Reading }> {
+  if (kind === 'bare') return readings();
+  // Idle connections stay open through the settling (pg closes them after 10 s by default).
+  const pool = new pg.Pool({ connectionString: url, max: 16, idleTimeoutMillis: 0 });
   const locks = createLockKit(pool);
   if (kind === 'pool16') {
     // 16 connections open and each used for a decision, as a busy service has them.
@@ -46,7 +66,7 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
         locks.runExclusiveJob('memory', `job-${i}`, async () => {}),
       ),
     );
-    const mb = await settle();
+    const mb = await readings();
     await pool.end();
     return mb;
   }
@@ -60,7 +80,7 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
     scheduler.register(name, distinct?.[j] ?? '0 0 * * * *', () => {});
   }
   await scheduler.start();
-  const mb = await settle();
+  const mb = await readings();
   await scheduler.stop({ timeoutMs: 1000 });
   await pool.end();
   return mb;

@@ -7,10 +7,14 @@
 import { execFileSync } from 'node:child_process';
 import type { Probe } from './memory-probe.js';
 
-/** One process's memory in MB: resident set, and live JavaScript memory (heap used + external). */
+/**
+ * One process's memory in MB: resident set, and live JavaScript memory (heap used + external),
+ * after a full GC; `settled`, the same after 10 s of idling (V8 has shrunk its young generation).
+ */
 export interface ProcessMemory {
   readonly rssMb: number;
   readonly liveMb: number;
+  readonly settled: { readonly rssMb: number; readonly liveMb: number };
 }
 
 /** The four processes measured. */
@@ -30,7 +34,11 @@ export function measureMemory(url: string, probeScript: string): MemoryReport {
     const m = JSON.parse(
       execFileSync(process.execPath, ['--expose-gc', probeScript, kind, url], { encoding: 'utf8' }),
     ) as ProcessMemory;
-    return { rssMb: round(m.rssMb), liveMb: round(m.liveMb) };
+    return {
+      rssMb: round(m.rssMb),
+      liveMb: round(m.liveMb),
+      settled: { rssMb: round(m.settled.rssMb), liveMb: round(m.settled.liveMb) },
+    };
   };
   return {
     bare: run('bare'),
