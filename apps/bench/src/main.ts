@@ -32,7 +32,7 @@ import { DataSource } from 'typeorm';
 import { measureJsCost } from './js-cost.js';
 import { measureRenewalLatency } from './lease-renewal.js';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
-import { measureMemory } from './memory.js';
+import { type MemoryReport, measureMemory, type ProcessMemory } from './memory.js';
 import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
@@ -87,6 +87,8 @@ const { values: flags } = parseArgs({
     'lease-renewal': { type: 'boolean', default: false },
     // Only lockkit's own JavaScript per decision, over a driver that answers at once.
     'js-cost': { type: 'boolean', default: false },
+    // Only the memory probes (bare, 16 connections, 10,000 jobs on one and on distinct schedules).
+    memory: { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -201,6 +203,19 @@ async function main(): Promise<void> {
   if (flags['lease-renewal']) {
     try {
       await leaseRenewal(url);
+    } finally {
+      await embedded?.stop();
+    }
+    return;
+  }
+  if (flags.memory) {
+    try {
+      const memory = measureMemory(
+        url,
+        fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)),
+      );
+      printMemory(memory);
+      if (flags.json) console.log(JSON.stringify({ memory }));
     } finally {
       await embedded?.stop();
     }
@@ -528,16 +543,7 @@ async function main(): Promise<void> {
       `  ${path}: ${rt.run} / ${rt.skip}${rt.counted === 'protocol' ? ' (by protocol)' : ''}`,
     );
   }
-  if (memory) {
-    const above = (m: { rssMb: number; liveMb: number }) =>
-      `RSS ${m.rssMb} MB (+${(m.rssMb - memory.bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - memory.bare.liveMb).toFixed(1)})`;
-    console.log('\nMemory after a full GC, against a bare process (node-postgres loaded):');
-    console.log(`  bare process: RSS ${memory.bare.rssMb} MB, live JS ${memory.bare.liveMb} MB`);
-    console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
-    console.log(
-      `  scheduler with 10,000 jobs registered and started: ${above(memory.scheduler10k)}`,
-    );
-  }
+  if (memory) printMemory(memory);
   if (scale) {
     console.log(
       `\nScale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
@@ -588,6 +594,26 @@ async function leaseRenewal(url: string): Promise<void> {
     );
   }
   if (flags.json) console.log(JSON.stringify({ leaseRenewal: results }));
+}
+
+/** The memory probes' figures, each against the bare process, at once and settled. */
+function printMemory(memory: MemoryReport): void {
+  const bare = memory.bare;
+  const above = (m: ProcessMemory) =>
+    `RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
+  console.log(
+    '\nMemory after a full GC, and settled (after 10 s idle), against a bare process (node-postgres loaded):',
+  );
+  console.log(
+    `  bare process: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,
+  );
+  console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
+  console.log(
+    `  scheduler with 10,000 jobs registered and started, one shared schedule: ${above(memory.scheduler10k)}`,
+  );
+  console.log(
+    `  scheduler with 10,000 jobs registered and started, 10,000 distinct schedules: ${above(memory.scheduler10kDistinct)}`,
+  );
 }
 
 main().catch((error: unknown) => {

@@ -102,7 +102,8 @@ export interface Registration {
  */
 export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
   const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
-  return createHash('sha256').update(reading).digest('hex').slice(0, 16);
+  // Flat 16 characters, not a slice keeping the whole 64-character digest alive with it.
+  return createHash('sha256').update(reading).digest().toString('hex', 0, 8);
 }
 
 const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);

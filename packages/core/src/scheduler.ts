@@ -18,7 +18,7 @@ import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { checkFiresAfter, parseSchedule, scheduleIdentity } from './cron-schedule.js';
+import { checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -31,9 +31,10 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import { Ledger, type LedgerJob, type RunRecord, scheduleHash, type TickState } from './ledger.js';
+import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { fromPostgresError } from './postgres-errors.js';
+import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import {
@@ -239,8 +240,11 @@ export interface SchedulerOptions {
 
 interface Job<Tx> extends LedgerJob {
   readonly key: LockKey;
-  /** Hash of the name, for the tick locks' keys. */
-  readonly nameHash: string;
+  /**
+   * Hash of the name, for the tick locks' keys: made at the job's first tick, not at
+   * registration, where 10,000 jobs made 10,000 digests and kept 10,000 strings unused.
+   */
+  nameHash: string | undefined;
   readonly cron: Cron;
   readonly cronText: string;
   readonly timezone: string;
@@ -255,9 +259,9 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer?: TickTimer;
+  timer: TickTimer | undefined;
   /** The last conflict reported, so that one conflict is reported once. */
-  conflict?: string | undefined;
+  conflict: string | undefined;
 }
 
 /** What one attempt at one tick came to on this node. */
@@ -348,13 +352,15 @@ const describeError = (error: unknown) =>
  */
 export class Scheduler<Tx> {
   private readonly jobs = new Map<string, Job<Tx>>();
-  /** Job name by lock key, to refuse a colliding name in O(1). */
-  private readonly jobByKey = new Map<string, string>();
   /**
-   * Parsed schedules by time zone and expression. A croner `Cron` holds a table of 10,000 years
-   * (~80 KB); jobs on the same schedule share one, so 10,000 hourly jobs do not cost 800 MB.
+   * Job name by the second number of its lock key, to refuse a colliding name in O(1): the first
+   * number is the namespace's, the same for every job of this scheduler (`jobKey`).
    */
-  private readonly schedules = new Map<string, Cron>();
+  private readonly jobByKey = new Map<number, string>();
+  /** Parsed schedules, each held once for all the jobs on it. */
+  private readonly schedules = new ScheduleBook();
+  /** The lease options of every lease-mode job registered without any: one object for all. */
+  private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
   private readonly retryTimers = new Set<ClockTimer>();
@@ -387,6 +393,7 @@ export class Scheduler<Tx> {
     this.clock =
       now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
     this.now = () => this.clock.now();
+    this.ownerOnlyLease = Object.freeze({ owner: this.owner });
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
@@ -446,7 +453,7 @@ export class Scheduler<Tx> {
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
-    const keyId = `${key.pgLocks.classid}/${key.pgLocks.objid}/${key.pgLocks.objsubid}`;
+    const keyId = key.pgLocks.objid;
     const colliding = this.jobByKey.get(keyId);
     if (colliding !== undefined) {
       throw new LockkitError(
@@ -456,7 +463,7 @@ export class Scheduler<Tx> {
     }
     if (typeof handler !== 'function')
       throw new LockkitError('OPTION_INVALID', 'the handler must be a function.');
-    let parsed: Cron;
+    let booked: BookedSchedule;
     if (options.timezone !== undefined && typeof options.timezone !== 'string')
       throw new LockkitError('OPTION_INVALID', `job "${name}": timezone must be an IANA name.`);
     if (typeof cron !== 'string')
@@ -467,9 +474,8 @@ export class Scheduler<Tx> {
     if (options.domAndDow !== undefined && typeof options.domAndDow !== 'boolean')
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
     const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
-    const scheduleId = scheduleIdentity(cron, reading);
     try {
-      parsed = this.schedules.get(scheduleId) ?? parseSchedule(cron, reading);
+      booked = this.schedules.get(cron, reading);
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -490,9 +496,12 @@ export class Scheduler<Tx> {
         `catchUp must be 'skip', 'latest' or { withinMs } with a positive integer withinMs.`,
       );
     }
-    const lease = { ...options.lease, owner: this.owner };
+    const lease =
+      options.lease === undefined ? this.ownerOnlyLease : { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
-    checkFiresAfter(parsed, cron, new Date(this.now()), name);
+    // The jobs of one schedule ask from nearly the same instant: croner answers the first.
+    checkFiresAfter(booked.cron, cron, new Date(this.now()), name);
+    const parsed = booked.cron;
     const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
     // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
@@ -507,9 +516,9 @@ export class Scheduler<Tx> {
     }
     this.jobs.set(name, {
       name,
-      hash: scheduleHash(cron, timezone, options.domAndDow === true),
+      hash: booked.hash,
       key,
-      nameHash: createHash('sha256').update(name).digest('hex').slice(0, 24),
+      nameHash: undefined,
       cron: parsed,
       cronText: cron,
       timezone,
@@ -526,9 +535,11 @@ export class Scheduler<Tx> {
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
+      // Set later: present from the start, they stay in the object rather than in a second one.
+      timer: undefined,
+      conflict: undefined,
     });
     this.jobByKey.set(keyId, name);
-    this.schedules.set(scheduleId, parsed);
     const job = this.jobs.get(name) as Job<Tx>;
     if (this.started) {
       void this.announce([job]).catch(() => {});
@@ -716,6 +727,8 @@ export class Scheduler<Tx> {
 
   /** The lock of one tick, held by whoever runs it (see {@link Ledger.holders}). */
   private tickKey(job: Job<Tx>, tick: Date): LockKey {
+    // A flat 24-character string, not a slice holding on to the whole 64-character digest.
+    job.nameHash ??= createHash('sha256').update(job.name).digest().toString('hex', 0, 12);
     return LockKey.fromNames(`${this.lockNamespace}#tick`, `${job.nameHash}@${tick.toISOString()}`);
   }
 
