@@ -11,7 +11,8 @@ import { LockkitModuleError } from './errors.js';
 // loaded: the decorator of one copy and the function of the other must see the same calls.
 const STORE = Symbol.for('lockkit:nestjs:exclusive-signal');
 const slot = globalThis as { [STORE]?: AsyncLocalStorage<AbortSignal> };
-const calls: AsyncLocalStorage<AbortSignal> = (slot[STORE] ??= new AsyncLocalStorage());
+slot[STORE] ??= new AsyncLocalStorage();
+const calls: AsyncLocalStorage<AbortSignal> = slot[STORE];
 
 /**
  * The signal of the `@Exclusive` call this code runs in. It aborts when the connection holding the

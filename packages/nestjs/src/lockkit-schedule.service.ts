@@ -15,7 +15,7 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import type { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { DiscoveryService } from '@nestjs/core';
 import type { MethodDeclaration } from './class-declarations.js';
 import { LockkitModuleError } from './errors.js';
 import { logSchedulerEvents } from './event-logging.js';
@@ -109,7 +109,6 @@ export class LockkitScheduleService
   constructor(
     private readonly options: LockkitScheduleModuleOptions,
     private readonly discovery: DiscoveryService,
-    private readonly scanner: MetadataScanner,
   ) {
     const locks = options?.lockKit as unknown;
     if (
