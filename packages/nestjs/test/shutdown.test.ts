@@ -1,8 +1,11 @@
 /**
  * Shutdown with `@Exclusive` calls running (review F6): `app.close()` aborts their
  * `exclusiveSignal()` and waits for them (up to `stopTimeoutMs`) before `onApplicationShutdown`,
- * where the README says to end the pool; and a call that ignores its signal does not hold
- * shutdown past `stopTimeoutMs`. Real Postgres through @lockkit/pg.
+ * where the README says to end the pool; and neither a call nor a tick that ignores its signal,
+ * nor a database that stopped answering, holds shutdown past `stopTimeoutMs` (review F3). Each
+ * "stuck" thing is released only from `onApplicationShutdown`, which Nest calls after lockkit's
+ * drain: an unbounded drain would deadlock the test instead of passing it slowly. Real Postgres
+ * through @lockkit/pg.
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
@@ -17,7 +20,13 @@ import {
 import { NestFactory } from '@nestjs/core';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { Exclusive, exclusiveSignal, LockkitScheduleModule } from '../src/index.js';
+import {
+  Exclusive,
+  ExclusiveCron,
+  exclusiveSignal,
+  LockkitScheduleModule,
+  LockkitScheduleService,
+} from '../src/index.js';
 
 const schema = `lockkit_nest_stop_${randomBytes(4).toString('hex')}`;
 let admin: pg.Pool;
@@ -139,5 +148,62 @@ it('a call ignoring its signal holds shutdown no longer than stopTimeoutMs, and 
   expect(await call).toBe('ran');
   // After shutdown began, a timer's call (as @nestjs/schedule may still fire one) is skipped.
   expect(await sweep.run()).toBeUndefined();
+  await pool.end();
+});
+
+it('close() is bounded by stopTimeoutMs when the database stops answering, and when a stuck tick holds the only connection', async () => {
+  // One connection: the stuck tick's transaction holds it, so the scheduler's clean-up cannot get one.
+  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
+  const name = `stuck-tick-${randomBytes(3).toString('hex')}`;
+  let release!: () => void;
+  const stuck = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let entered!: () => void;
+  const inside = new Promise<void>((resolve) => {
+    entered = resolve;
+  });
+  @Injectable()
+  class Jobs {
+    @ExclusiveCron('0 0 0 1 1 *', { name })
+    async tick(): Promise<void> {
+      entered();
+      await stuck; // ignores its signal
+    }
+  }
+  @Injectable()
+  class Witness implements OnApplicationShutdown {
+    onApplicationShutdown() {
+      release(); // only once lockkit's drain has given up
+    }
+  }
+  const blocker = await admin.connect();
+  @Module({
+    imports: [
+      LockkitScheduleModule.forRoot({
+        lockKit: createLockKit(pool, { schema }),
+        logger: false,
+        stopTimeoutMs: 100,
+      }),
+    ],
+    providers: [Jobs, Witness],
+  })
+  class AppModule {}
+  const context = await NestFactory.createApplicationContext(AppModule, { logger: false });
+  await context.init();
+  const work = context
+    .get(LockkitScheduleService)
+    .scheduler.runTick(name, new Date('2027-01-01T00:00:00Z'));
+  await inside;
+  // And the ledger does not answer: its schedules table is locked by another transaction.
+  await blocker.query('BEGIN');
+  await blocker.query(`LOCK TABLE "${schema}".schedules IN ACCESS EXCLUSIVE MODE`);
+  try {
+    await context.close();
+  } finally {
+    await blocker.query('ROLLBACK');
+    blocker.release();
+  }
+  await work;
   await pool.end();
 });
