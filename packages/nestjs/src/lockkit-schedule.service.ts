@@ -80,9 +80,11 @@ interface FoundInstance {
  *
  * The scheduler starts on `onApplicationBootstrap` and stops on `onModuleDestroy` (or
  * `beforeApplicationShutdown`, whichever comes first): it stops firing ticks, aborts the signal of
- * running jobs and waits up to `stopTimeoutMs` for them; a run that ends by throwing on that signal
- * gives its tick back for another replica. Call `app.enableShutdownHooks()` so that SIGTERM closes
- * the application, and with it the scheduler.
+ * running jobs and of running `@Exclusive` calls (`exclusiveSignal()`), and waits for them — the
+ * whole stop takes at most `stopTimeoutMs`; a run that ends by throwing on that signal gives its
+ * tick back, run with the job's next tick. End your pool in `onApplicationShutdown`, which Nest
+ * calls after this drain (other modules' `onModuleDestroy` run before it). Call
+ * `app.enableShutdownHooks()` so that SIGTERM closes the application, and with it the scheduler.
  *
  * @example
  * ```ts
