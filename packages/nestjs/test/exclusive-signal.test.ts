@@ -105,6 +105,51 @@ it('aborts exclusiveSignal() when the lock backend is terminated under the runni
   }
 });
 
+it('aborts exclusiveSignal() when the server ends the idle lock transaction (idle_in_transaction_session_timeout)', async () => {
+  // The lock's transaction sits idle while the method works: a server timeout shorter than the
+  // method ends the session, and the lock with it. The method waits on its signal, not on a clock.
+  const pool = new pg.Pool({
+    connectionString: testDatabaseUrl(),
+    max: 2,
+    options: '-c idle_in_transaction_session_timeout=200',
+  });
+  pool.on('error', () => {});
+  const name = `idle-${randomBytes(3).toString('hex')}`;
+  const observed: unknown[] = [];
+  @Injectable()
+  class Sweep {
+    @Exclusive({ name, namespace: schema })
+    async run(): Promise<void> {
+      const signal = exclusiveSignal();
+      observed.push(await aborted(signal));
+      signal.throwIfAborted();
+    }
+  }
+  @Module({
+    imports: [
+      LockkitScheduleModule.forRoot({ lockKit: createLockKit(pool, { schema }), logger: false }),
+    ],
+    providers: [Sweep],
+  })
+  class AppModule {}
+  const context = await NestFactory.createApplicationContext(AppModule, { logger: false });
+  await context.init();
+  try {
+    const outcome = await context
+      .get(Sweep)
+      .run()
+      .then(
+        () => 'resolved',
+        (e: unknown) => e,
+      );
+    expect(observed).toHaveLength(1);
+    expect(isLockkitError(outcome) && outcome.code).toBe('IDLE_IN_TRANSACTION_TIMEOUT');
+  } finally {
+    await context.close();
+    await pool.end();
+  }
+});
+
 it('refuses exclusiveSignal() outside an @Exclusive call', () => {
   let error: unknown;
   try {
