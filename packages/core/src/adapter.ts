@@ -1,7 +1,8 @@
 /**
  * `@lockkit/core/adapter`: what adapter authors need and users never call — watching a leased
  * connection, knowing a lost connection when they see one, cancelling a statement with the
- * protocol's own request, and the statements an adapter may send on its own.
+ * protocol's own request, the statements an adapter may send on its own, and core's check of a
+ * millisecond option (for integrations that take lock options before the first lock call).
  *
  * @packageDocumentation
  */
@@ -26,6 +27,7 @@ export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
 export {
   BACKEND_PID,
+  checkMilliseconds,
   END_OWN_BACKEND,
   RESET_AUTHORIZATION,
   SESSION_RESET,

@@ -603,8 +603,9 @@ export class Scheduler<Tx> {
 
   /**
    * Stops firing new ticks, aborts the signal of running tasks, and waits up to `timeoutMs`
-   * (default 30 s) for them to end. A run that ends by throwing on that signal gives its tick back
-   * (PENDING in the ledger, the attempt not counted): the next instance runs it. Pending retries
+   * (default 30 s) for them to end — and no longer in all, its own clean-up query included. A run
+   * that ends by throwing on that signal gives its tick back (PENDING in the ledger, the attempt
+   * not counted): the next instance runs it. Pending retries
    * stay in the ledger for other instances. Resolves with how many runs were still going when the
    * time ran out.
    */
@@ -617,12 +618,19 @@ export class Scheduler<Tx> {
     this.retryTimers.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
+    const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+    const until = (ms: number) =>
+      new Promise<'timeout'>((resolve) => setTimeout(resolve, ms, 'timeout').unref());
     const all = Promise.allSettled([...this.running]);
-    const timeout = new Promise<'timeout'>((resolve) =>
-      setTimeout(resolve, options.timeoutMs ?? 30_000, 'timeout').unref(),
-    );
+    const timeout = until(deadline - Date.now());
     const stillRunning = (await Promise.race([all, timeout])) === 'timeout' ? this.running.size : 0;
-    if (this.started) await this.query((q) => this.ledger.deregister(q)).catch(() => {});
+    // The clean-up gets what is left of timeoutMs: a database that stopped answering (or a pool
+    // used up by a stuck run) must not hold stop() for ever; an entry left behind stops counting
+    // as live once its heartbeat is old.
+    if (this.started) {
+      const cleanUp = this.query((q) => this.ledger.deregister(q)).catch(() => {});
+      await Promise.race([cleanUp, until(Math.max(0, deadline - Date.now()))]);
+    }
     return { stillRunning };
   }
 

@@ -16,12 +16,17 @@ export type LockkitModuleErrorReason =
   | 'NOT_STATIC'
   /** An `@Exclusive` method was called on an instance the module never saw (the module is not imported, or the method was called before the application initialised). */
   | 'NOT_BOUND'
+  /** `exclusiveSignal()` was called outside a method guarded by `@Exclusive`. */
+  | 'OUTSIDE_EXCLUSIVE'
   /** The module's options are not usable (no lock client, a bad logger, …). */
   | 'OPTIONS_INVALID';
 
 /**
  * Thrown by `@lockkit/nestjs` during the application's initialisation for bad input, so that a
- * misconfigured replica fails to start instead of failing quietly at its first tick. Its `code` is
+ * misconfigured replica fails to start instead of failing quietly at its first tick (and, for a
+ * decorator on something that is not an instance method, when the class is defined; for a
+ * guarded method called outside the module's reach, at the call: `NOT_BOUND`,
+ * `OUTSIDE_EXCLUSIVE`). Its `code` is
  * always `OPTION_INVALID` (so `isLockkitError(e) && e.code === 'OPTION_INVALID'` catches it with
  * core's errors); `reason` says which check failed, and `cause` keeps core's own error.
  *

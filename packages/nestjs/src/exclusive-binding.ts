@@ -14,8 +14,12 @@ export interface ExclusiveBinding {
   readonly locks: LockClient<unknown, unknown>;
   /** Lock namespace used when a method's options give none. */
   readonly namespace: string;
-  /** Called when a replica skipped a call because another holds the lock. */
-  readonly skipped: (name: string) => void;
+  /** Called when a replica skipped a call, saying why (another holds the lock, shutdown). */
+  readonly skipped: (name: string, why: string) => void;
+  /** Aborted when the application starts shutting down; passed to each call's lock. */
+  readonly stopping: AbortSignal;
+  /** Counts a running call until it settles, so that shutdown waits for it. */
+  readonly track: <T>(call: Promise<T>) => Promise<T>;
 }
 
 /** Attaches `binding` to a provider instance. @internal */

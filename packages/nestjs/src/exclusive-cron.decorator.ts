@@ -6,6 +6,12 @@
  */
 import 'reflect-metadata';
 import type { JobOptions } from '@lockkit/core';
+import {
+  declarationsOf,
+  declare,
+  instanceMethod,
+  type MethodDeclaration,
+} from './class-declarations.js';
 import { EXCLUSIVE_CRON_KEY } from './metadata-keys.js';
 
 /**
@@ -22,7 +28,7 @@ export interface ExclusiveCronOptions extends JobOptions {
   readonly name: string;
 }
 
-/** What `@ExclusiveCron` records on a method. @internal */
+/** What `@ExclusiveCron` records for a method. @internal */
 export interface ExclusiveCronMetadata {
   readonly cron: string;
   readonly options: ExclusiveCronOptions;
@@ -30,14 +36,18 @@ export interface ExclusiveCronMetadata {
 
 /**
  * Registers the decorated method as a job of the lockkit scheduler: each tick of `cron` runs it
- * on exactly one replica, whatever their clocks say, even when one dies mid-run (the tick's row in
- * the ledger admits one run; a tick nobody ran is handled by `catchUp`). The method receives the
- * run: in transaction mode (default) a `TransactionRun` whose `run.tx` / `run.query` is the tick's
- * transaction — writes made through it commit together with the tick's ledger row; with
- * `mode: 'lease'` a `LeaseRun` for long jobs. The cron expression takes an optional seconds field
- * and is read in `timezone` (default UTC). Needs `LockkitScheduleModule` in the application; an
- * invalid expression or option, or a name used twice, makes the application's start fail with a
- * {@link LockkitModuleError}.
+ * on exactly one replica, even when one dies mid-run (the tick's row in the ledger admits one run;
+ * a tick nobody ran is handled by `catchUp`), as long as the replicas' clocks agree within the
+ * scheduler's `catchUpGraceMs` (2 s by default). The method receives the run: in transaction mode
+ * (default) a `TransactionRun` whose `run.tx` / `run.query` is the tick's transaction — writes
+ * made through it commit together with the tick's ledger row; with `mode: 'lease'` a `LeaseRun`
+ * for long jobs. The cron expression takes an optional seconds field and is read in `timezone`
+ * (default UTC). Needs `LockkitScheduleModule` in the application; an invalid expression or
+ * option, a name used twice, or `@Cron()` / `@Interval()` of `@nestjs/schedule` on the same method
+ * makes the application's start fail with a {@link LockkitModuleError}; a static method or an
+ * accessor is refused when the class is defined. Two `@ExclusiveCron` on one method make two jobs.
+ * Another decorator that wraps the method keeps working: the job calls the method the instance
+ * has.
  *
  * @example
  * ```ts
@@ -51,14 +61,14 @@ export interface ExclusiveCronMetadata {
  * ```
  */
 export function ExclusiveCron(cron: string, options: ExclusiveCronOptions): MethodDecorator {
-  const metadata: ExclusiveCronMetadata = { cron, options };
-  return (_target, _key, descriptor) => {
-    Reflect.defineMetadata(EXCLUSIVE_CRON_KEY, metadata, descriptor.value as object);
+  const value: ExclusiveCronMetadata = { cron, options };
+  return (target, key, descriptor) => {
+    const method = instanceMethod('@ExclusiveCron', target, key, descriptor);
+    declare(EXCLUSIVE_CRON_KEY, target, { key, method, value });
   };
 }
 
-/** The `@ExclusiveCron` metadata of a method, if it has any. @internal */
-export function exclusiveCronOf(method: unknown): ExclusiveCronMetadata | undefined {
-  if (typeof method !== 'function') return undefined;
-  return Reflect.getMetadata(EXCLUSIVE_CRON_KEY, method) as ExclusiveCronMetadata | undefined;
+/** The `@ExclusiveCron` declarations of `instance`'s class and its base classes. @internal */
+export function exclusiveCronsOf(instance: object): MethodDeclaration<ExclusiveCronMetadata>[] {
+  return declarationsOf<ExclusiveCronMetadata>(EXCLUSIVE_CRON_KEY, instance);
 }

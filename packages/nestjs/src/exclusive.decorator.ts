@@ -1,14 +1,21 @@
 /**
  * `@Exclusive({ name })`: guards an existing method — typically an `@nestjs/schedule` `@Cron()` or
  * `@Interval()` method — with a lockkit advisory lock, so that no two replicas run it at the same
- * time.
+ * time while its lock's connection lives.
  *
  * @packageDocumentation
  */
 import 'reflect-metadata';
 import type { ExclusiveJobOptions } from '@lockkit/core';
+import {
+  declarationsOf,
+  declare,
+  instanceMethod,
+  type MethodDeclaration,
+} from './class-declarations.js';
 import { LockkitModuleError } from './errors.js';
 import { exclusiveBindingOf } from './exclusive-binding.js';
+import { withExclusiveSignal } from './exclusive-signal.js';
 import { EXCLUSIVE_KEY } from './metadata-keys.js';
 
 /** Options of {@link Exclusive}. */
@@ -55,16 +62,24 @@ export interface ExclusiveMethodDecorator {
  * method settles or its connection dies). A replica that finds the lock held skips the call
  * without waiting: the call resolves `undefined` and the skip is logged at `verbose`.
  *
- * What this promises is **never at the same time**, not once per tick: a replica whose timer fires
- * after another replica has already finished the same tick finds the lock free and runs it again
- * (a fast job, clocks a few hundred ms apart, or `@Interval` timers that are not aligned across
- * replicas). For once per tick, use {@link ExclusiveCron}, whose ledger records each tick.
+ * What this promises is **never at the same time while the lock's connection lives**, not once
+ * per tick. A replica whose timer fires after another replica has already finished the same tick
+ * finds the lock free and runs it again (a fast job, clocks a few hundred ms apart, or `@Interval`
+ * timers that are not aligned across replicas); for once per tick, use {@link ExclusiveCron},
+ * whose ledger records each tick. And the lock lives in a Postgres transaction: if its connection
+ * dies while the method runs (a network cut, a terminated backend, an
+ * `idle_in_transaction_session_timeout`), Postgres releases the lock and another replica may enter
+ * while this call is still running. The method cannot be stopped from outside; it learns of the
+ * loss through {@link exclusiveSignal}, which aborts at that moment (and when the application
+ * shuts down), and should stop there. The call then rejects with the lock's error.
  *
  * Order with `@Cron()` / `@Interval()` does not matter: metadata already on the method is copied
  * onto the wrapper. Every call is guarded, also a direct call from your own code. The method does
  * not see the lock's transaction; its own database work uses its own connections. Needs
  * `LockkitScheduleModule` in the application, and the method's class to be a singleton provider
- * or controller; a name used twice fails the application's start with {@link LockkitModuleError}.
+ * or controller; a name used twice or a bad option fails the application's start with
+ * {@link LockkitModuleError}; a static method is refused when the class is defined. Shutdown
+ * waits for running calls (up to the module's `stopTimeoutMs`).
  *
  * @example
  * ```ts
@@ -72,21 +87,14 @@ export interface ExclusiveMethodDecorator {
  * export class Cleanup {
  *   @Cron(CronExpression.EVERY_MINUTE)
  *   @Exclusive({ name: 'purge-sessions' })
- *   async purge() { await this.sessions.purgeExpired(); }
+ *   async purge() { await this.sessions.purgeExpired(exclusiveSignal()); }
  * }
  * ```
  */
 export function Exclusive(options: ExclusiveOptions): ExclusiveMethodDecorator {
   const metadata: ExclusiveMetadata = { options };
-  return (_target: object, key: string | symbol, descriptor: PropertyDescriptor): void => {
-    const original = descriptor.value as unknown;
-    if (typeof original !== 'function') {
-      throw new LockkitModuleError(
-        'OPTIONS_INVALID',
-        `@Exclusive() decorates methods only; ${String(key)} is not one.`,
-      );
-    }
-    const method = original as AnyMethod;
+  return (target: object, key: string | symbol, descriptor: PropertyDescriptor): void => {
+    const method = instanceMethod('@Exclusive', target, key, descriptor) as AnyMethod;
     const guarded = async function (this: unknown, ...args: unknown[]): Promise<unknown> {
       const binding = exclusiveBindingOf(this);
       if (!binding) {
@@ -95,16 +103,25 @@ export function Exclusive(options: ExclusiveOptions): ExclusiveMethodDecorator {
           `@Exclusive ${options.name} (${String(key)}) was called on an instance LockkitScheduleModule never saw: import the module, and call the method once the application has initialised.`,
         );
       }
-      const result = await binding.locks.runExclusiveJob(
-        options.namespace ?? binding.namespace,
-        options.name,
-        () => method.apply(this, args),
-        options.statementTimeoutMs === undefined
-          ? {}
-          : { statementTimeoutMs: options.statementTimeoutMs },
+      if (binding.stopping.aborted) {
+        binding.skipped(options.name, 'the application is shutting down');
+        return undefined;
+      }
+      const result = await binding.track(
+        binding.locks.runExclusiveJob(
+          options.namespace ?? binding.namespace,
+          options.name,
+          (_tx, { signal }) => withExclusiveSignal(signal, () => method.apply(this, args)),
+          {
+            signal: binding.stopping,
+            ...(options.statementTimeoutMs !== undefined && {
+              statementTimeoutMs: options.statementTimeoutMs,
+            }),
+          },
+        ),
       );
       if (!result.executed) {
-        binding.skipped(options.name);
+        binding.skipped(options.name, 'another replica holds the lock');
         return undefined;
       }
       return result.result;
@@ -113,14 +130,13 @@ export function Exclusive(options: ExclusiveOptions): ExclusiveMethodDecorator {
     for (const metadataKey of Reflect.getOwnMetadataKeys(method)) {
       Reflect.defineMetadata(metadataKey, Reflect.getOwnMetadata(metadataKey, method), guarded);
     }
-    Reflect.defineMetadata(EXCLUSIVE_KEY, metadata, guarded);
     Object.defineProperty(guarded, 'name', { value: method.name });
+    declare(EXCLUSIVE_KEY, target, { key, method: guarded, value: metadata });
     descriptor.value = guarded as never;
   };
 }
 
-/** The `@Exclusive` metadata of a method, if it has any. @internal */
-export function exclusiveOf(method: unknown): ExclusiveMetadata | undefined {
-  if (typeof method !== 'function') return undefined;
-  return Reflect.getMetadata(EXCLUSIVE_KEY, method) as ExclusiveMetadata | undefined;
+/** The `@Exclusive` declarations of `instance`'s class and its base classes. @internal */
+export function exclusivesOf(instance: object): MethodDeclaration<ExclusiveMetadata>[] {
+  return declarationsOf<ExclusiveMetadata>(EXCLUSIVE_KEY, instance);
 }

@@ -15,6 +15,7 @@ export {
   type ExclusiveOptions,
 } from './exclusive.decorator.js';
 export { ExclusiveCron, type ExclusiveCronOptions } from './exclusive-cron.decorator.js';
+export { exclusiveSignal } from './exclusive-signal.js';
 export { LockkitScheduleModule } from './lockkit-schedule.module.js';
 export { LockkitScheduleService } from './lockkit-schedule.service.js';
 export {

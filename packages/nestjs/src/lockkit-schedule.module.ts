@@ -5,7 +5,7 @@
  * @packageDocumentation
  */
 import { type DynamicModule, type FactoryProvider, Module } from '@nestjs/common';
-import { DiscoveryModule, DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DiscoveryModule, DiscoveryService } from '@nestjs/core';
 import { LockkitScheduleService } from './lockkit-schedule.service.js';
 import {
   LOCKKIT_SCHEDULE_OPTIONS,
@@ -15,12 +15,9 @@ import {
 
 const serviceProvider: FactoryProvider<LockkitScheduleService> = {
   provide: LockkitScheduleService,
-  useFactory: (
-    options: LockkitScheduleModuleOptions,
-    discovery: DiscoveryService,
-    scanner: MetadataScanner,
-  ) => new LockkitScheduleService(options, discovery, scanner),
-  inject: [LOCKKIT_SCHEDULE_OPTIONS, DiscoveryService, MetadataScanner],
+  useFactory: (options: LockkitScheduleModuleOptions, discovery: DiscoveryService) =>
+    new LockkitScheduleService(options, discovery),
+  inject: [LOCKKIT_SCHEDULE_OPTIONS, DiscoveryService],
 };
 
 /**

@@ -5,7 +5,8 @@
  *
  * @packageDocumentation
  */
-import { createScheduler, isLockkitError, type Scheduler } from '@lockkit/core';
+import { createScheduler, isLockkitError, LockkitError, type Scheduler } from '@lockkit/core';
+import { checkMilliseconds } from '@lockkit/core/adapter';
 import {
   type BeforeApplicationShutdown,
   Logger,
@@ -14,16 +15,36 @@ import {
   type OnModuleDestroy,
   type OnModuleInit,
 } from '@nestjs/common';
-import type { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { DiscoveryService } from '@nestjs/core';
+import type { MethodDeclaration } from './class-declarations.js';
 import { LockkitModuleError } from './errors.js';
 import { logSchedulerEvents } from './event-logging.js';
-import { exclusiveOf } from './exclusive.decorator.js';
+import { type ExclusiveMetadata, exclusivesOf } from './exclusive.decorator.js';
 import { bindExclusive } from './exclusive-binding.js';
-import { exclusiveCronOf } from './exclusive-cron.decorator.js';
+import { type ExclusiveCronMetadata, exclusiveCronsOf } from './exclusive-cron.decorator.js';
 import type { LockkitScheduleModuleOptions } from './options.js';
 
 /** A logger that drops everything (`logger: false`). */
 const SILENT: LoggerService = { log() {}, error() {}, warn() {} };
+
+/** The metadata key `@Cron()`, `@Interval()` and `@Timeout()` of `@nestjs/schedule` write on a method. */
+const NEST_SCHEDULE_TYPE = 'SCHEDULER_TYPE';
+
+/** `logger` as a Nest logger, else a {@link LockkitModuleError}: a logger without `log`, `warn` and `error` would drop failures. */
+function loggerOf(logger: unknown): LoggerService {
+  const methods = ['log', 'warn', 'error'] as const;
+  if (
+    typeof logger !== 'object' ||
+    logger === null ||
+    methods.some((m) => typeof (logger as Record<string, unknown>)[m] !== 'function')
+  ) {
+    throw new LockkitModuleError(
+      'OPTIONS_INVALID',
+      'logger must be a Nest LoggerService (with log, warn and error methods) or false.',
+    );
+  }
+  return logger as LoggerService;
+}
 
 /** `value` as a non-empty string, else a {@link LockkitModuleError} saying `problem`. */
 function nonEmpty(value: unknown, problem: string): string {
@@ -44,12 +65,13 @@ function claim(owners: Map<string, string>, id: string, label: string, owner: st
   owners.set(id, owner);
 }
 
-/** One decorated method found on one provider instance. */
-interface FoundMethod {
-  readonly owner: string;
+/** The decorated methods found on one singleton provider instance. */
+interface FoundInstance {
+  /** The provider's name, for messages. */
+  readonly name: string;
   readonly instance: object;
-  readonly key: string;
-  readonly method: (...args: unknown[]) => unknown;
+  readonly crons: readonly MethodDeclaration<ExclusiveCronMetadata>[];
+  readonly guards: readonly MethodDeclaration<ExclusiveMetadata>[];
 }
 
 /**
@@ -58,9 +80,11 @@ interface FoundMethod {
  *
  * The scheduler starts on `onApplicationBootstrap` and stops on `onModuleDestroy` (or
  * `beforeApplicationShutdown`, whichever comes first): it stops firing ticks, aborts the signal of
- * running jobs and waits up to `stopTimeoutMs` for them; a run that ends by throwing on that signal
- * gives its tick back for another replica. Call `app.enableShutdownHooks()` so that SIGTERM closes
- * the application, and with it the scheduler.
+ * running jobs and of running `@Exclusive` calls (`exclusiveSignal()`), and waits for them — the
+ * whole stop takes at most `stopTimeoutMs`; a run that ends by throwing on that signal gives its
+ * tick back, run with the job's next tick. End your pool in `onApplicationShutdown`, which Nest
+ * calls after this drain (other modules' `onModuleDestroy` run before it). Call
+ * `app.enableShutdownHooks()` so that SIGTERM closes the application, and with it the scheduler.
  *
  * @example
  * ```ts
@@ -78,12 +102,15 @@ export class LockkitScheduleService
   readonly scheduler: Scheduler<unknown>;
   private readonly logger: LoggerService;
   private stopping: Promise<void> | undefined;
+  /** Aborted when shutdown begins: the signal of every `@Exclusive` call's lock. */
+  private readonly guardsStopping = new AbortController();
+  /** `@Exclusive` calls still running. */
+  private readonly calls = new Set<Promise<unknown>>();
 
   /** @internal built by `LockkitScheduleModule` */
   constructor(
     private readonly options: LockkitScheduleModuleOptions,
     private readonly discovery: DiscoveryService,
-    private readonly scanner: MetadataScanner,
   ) {
     const locks = options?.lockKit as unknown;
     if (
@@ -106,7 +133,18 @@ export class LockkitScheduleService
         `stopTimeoutMs must be a whole number of ms ≥ 0, got ${String(stopTimeoutMs)}.`,
       );
     }
-    this.logger = options.logger === false ? SILENT : (options.logger ?? new Logger('Lockkit'));
+    if (options.migrate !== undefined && typeof options.migrate !== 'boolean') {
+      throw new LockkitModuleError(
+        'OPTIONS_INVALID',
+        `migrate must be true or false, got ${String(options.migrate)}.`,
+      );
+    }
+    this.logger =
+      options.logger === false
+        ? SILENT
+        : options.logger === undefined
+          ? new Logger('Lockkit')
+          : loggerOf(options.logger);
     try {
       this.scheduler = createScheduler(options.lockKit, options.scheduler);
     } catch (cause) {
@@ -141,95 +179,151 @@ export class LockkitScheduleService
   }
 
   private stop(): Promise<void> {
-    this.stopping ??= this.scheduler
-      .stop({ timeoutMs: this.options.stopTimeoutMs ?? 10_000 })
-      .then(({ stillRunning }) => {
-        if (stillRunning > 0)
-          this.logger.warn(`stopped with ${stillRunning} job run(s) still going`);
-      });
+    this.stopping ??= this.drain();
     return this.stopping;
   }
 
-  private findMethods(): FoundMethod[] {
-    const found: FoundMethod[] = [];
+  /**
+   * Aborts the signal of running jobs and `@Exclusive` calls, then waits for both up to
+   * `stopTimeoutMs` (the scheduler's own clean-up is bounded by the same time).
+   */
+  private async drain(): Promise<void> {
+    const timeoutMs = this.options.stopTimeoutMs ?? 10_000;
+    this.guardsStopping.abort(new LockkitError('ABORTED', 'the application is shutting down'));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs, 'timeout');
+    });
+    const calls = Promise.allSettled([...this.calls]);
+    const [jobs, guarded] = await Promise.all([
+      this.scheduler.stop({ timeoutMs }).then(({ stillRunning }) => stillRunning),
+      Promise.race([calls, deadline]).then(() => this.calls.size),
+    ]);
+    clearTimeout(timer);
+    if (jobs > 0) this.logger.warn(`stopped with ${jobs} job run(s) still going`);
+    if (guarded > 0) this.logger.warn(`stopped with ${guarded} @Exclusive call(s) still going`);
+  }
+
+  /** Counts `call` as running until it settles. */
+  private track<T>(call: Promise<T>): Promise<T> {
+    this.calls.add(call);
+    const forget = () => this.calls.delete(call);
+    call.then(forget, forget);
+    return call;
+  }
+
+  private findMethods(): FoundInstance[] {
+    const found: FoundInstance[] = [];
     const wrappers = [...this.discovery.getProviders(), ...this.discovery.getControllers()];
     const seen = new Set<object>();
     for (const wrapper of wrappers) {
       const instance: unknown = wrapper.instance;
-      if (typeof instance !== 'object' || instance === null) continue;
-      const prototype: unknown = Object.getPrototypeOf(instance);
-      if (prototype === null || seen.has(instance)) continue;
+      if (typeof instance !== 'object' || instance === null || seen.has(instance)) continue;
       seen.add(instance);
-      for (const key of this.scanner.getAllMethodNames(prototype as object)) {
-        const method = (instance as Record<string, unknown>)[key];
-        if (exclusiveCronOf(method) === undefined && exclusiveOf(method) === undefined) continue;
-        const owner = `${wrapper.name === undefined ? 'provider' : String(wrapper.name)}.${key}`;
-        if (!wrapper.isDependencyTreeStatic()) {
-          throw new LockkitModuleError(
-            'NOT_STATIC',
-            `${owner} is decorated for lockkit but lives in a request- or transient-scoped provider: make it a singleton.`,
-          );
-        }
-        found.push({
-          owner,
-          instance,
-          key,
-          method: method as FoundMethod['method'],
-        });
+      const crons = exclusiveCronsOf(instance);
+      const guards = exclusivesOf(instance);
+      if (crons.length === 0 && guards.length === 0) continue;
+      const name = wrapper.name === undefined ? 'provider' : String(wrapper.name);
+      // A transient provider's wrapper holds a prototype-made object whose constructor never ran;
+      // a request-scoped one has no instance outside a request.
+      if (wrapper.isTransient || !wrapper.isDependencyTreeStatic()) {
+        const key = (crons[0] ?? guards[0])?.key;
+        throw new LockkitModuleError(
+          'NOT_STATIC',
+          `${name}.${String(key)} is decorated for lockkit but lives in a request- or transient-scoped provider: make it a singleton.`,
+        );
       }
+      found.push({ name, instance, crons, guards });
     }
     return found;
   }
 
-  private registerJobs(found: readonly FoundMethod[]): void {
+  private registerJobs(found: readonly FoundInstance[]): void {
     const owners = new Map<string, string>();
-    for (const { owner, instance, method } of found) {
-      const job = exclusiveCronOf(method);
-      if (job === undefined) continue;
-      if (exclusiveOf(method) !== undefined) {
-        throw new LockkitModuleError(
-          'OPTIONS_INVALID',
-          `${owner}: @ExclusiveCron already runs once per tick; remove @Exclusive.`,
+    for (const { name: provider, instance, crons, guards } of found) {
+      for (const { key, method: declared, value: job } of crons) {
+        const owner = `${provider}.${String(key)}`;
+        if (guards.some((guard) => guard.key === key)) {
+          throw new LockkitModuleError(
+            'OPTIONS_INVALID',
+            `${owner}: @ExclusiveCron already runs once per tick; remove @Exclusive.`,
+          );
+        }
+        // The method as the instance has it now: re-bound in the constructor, or wrapped by a
+        // decorator applied after ours.
+        const method: unknown = Reflect.get(instance, key);
+        if (typeof method !== 'function') {
+          throw new LockkitModuleError(
+            'OPTIONS_INVALID',
+            `${owner}: the instance has no method there any more (it was replaced by ${typeof method}).`,
+          );
+        }
+        if (
+          Reflect.getMetadata(NEST_SCHEDULE_TYPE, declared) !== undefined ||
+          Reflect.getMetadata(NEST_SCHEDULE_TYPE, method) !== undefined
+        ) {
+          throw new LockkitModuleError(
+            'OPTIONS_INVALID',
+            `${owner}: @nestjs/schedule's @Cron()/@Interval()/@Timeout() would also run it on every replica, unguarded; keep only @ExclusiveCron.`,
+          );
+        }
+        const name = nonEmpty(
+          job.options?.name,
+          `${owner}: @ExclusiveCron needs a non-empty { name }.`,
         );
-      }
-      const name = nonEmpty(
-        job.options?.name,
-        `${owner}: @ExclusiveCron needs a non-empty { name }.`,
-      );
-      claim(owners, name, `job "${name}"`, owner);
-      const { name: _name, ...jobOptions } = job.options;
-      try {
-        this.scheduler.register(name, job.cron, (run) => method.call(instance, run), jobOptions);
-      } catch (cause) {
-        const message = isLockkitError(cause) ? cause.message : String(cause);
-        throw new LockkitModuleError('INVALID_JOB', `${owner}: ${message}`, { cause });
+        claim(owners, name, `job "${name}"`, owner);
+        const { name: _name, ...jobOptions } = job.options;
+        try {
+          this.scheduler.register(
+            name,
+            job.cron,
+            (run) => (method as (run: unknown) => unknown).call(instance, run),
+            jobOptions,
+          );
+        } catch (cause) {
+          const message = isLockkitError(cause) ? cause.message : String(cause);
+          throw new LockkitModuleError('INVALID_JOB', `${owner}: ${message}`, { cause });
+        }
       }
     }
   }
 
-  private bindGuards(found: readonly FoundMethod[]): void {
+  private bindGuards(found: readonly FoundInstance[]): void {
     const owners = new Map<string, string>();
     const namespace = nonEmpty(
       this.options.exclusiveNamespace ?? 'nestjs',
       'exclusiveNamespace must be a non-empty string.',
     );
-    for (const { owner, instance, method } of found) {
-      const guard = exclusiveOf(method);
-      if (guard === undefined) continue;
-      const name = nonEmpty(
-        guard.options?.name,
-        `${owner}: @Exclusive needs a non-empty { name }.`,
-      );
-      const lockNamespace = nonEmpty(
-        guard.options.namespace ?? namespace,
-        `${owner}: @Exclusive's namespace must be a non-empty string.`,
-      );
-      claim(owners, `${lockNamespace}\u0000${name}`, `lock "${name}"`, owner);
+    for (const { name: provider, instance, guards } of found) {
+      if (guards.length === 0) continue;
+      for (const { key, value: guard } of guards) {
+        const owner = `${provider}.${String(key)}`;
+        const name = nonEmpty(
+          guard.options?.name,
+          `${owner}: @Exclusive needs a non-empty { name }.`,
+        );
+        const lockNamespace = nonEmpty(
+          guard.options.namespace ?? namespace,
+          `${owner}: @Exclusive's namespace must be a non-empty string.`,
+        );
+        if (guard.options.statementTimeoutMs !== undefined) {
+          try {
+            checkMilliseconds(guard.options.statementTimeoutMs, 'statementTimeoutMs', 0);
+          } catch (cause) {
+            const message = isLockkitError(cause) ? cause.message : String(cause);
+            throw new LockkitModuleError('OPTIONS_INVALID', `${owner}: @Exclusive ${message}`, {
+              cause,
+            });
+          }
+        }
+        claim(owners, `${lockNamespace}\u0000${name}`, `lock "${name}"`, owner);
+      }
       bindExclusive(instance, {
         locks: this.options.lockKit,
         namespace,
-        skipped: (lock) =>
-          this.logger.verbose?.(`${lock}: skipped, another replica holds the lock`),
+        skipped: (lock, why) => this.logger.verbose?.(`${lock}: skipped, ${why}`),
+        stopping: this.guardsStopping.signal,
+        track: (call) => this.track(call),
       });
     }
   }

@@ -6,10 +6,10 @@
  * @packageDocumentation
  */
 
-/** On a method: the {@link ExclusiveCronMetadata} of `@ExclusiveCron`. @internal */
+/** On a class prototype: the list of `@ExclusiveCron` declarations of its methods. @internal */
 export const EXCLUSIVE_CRON_KEY = 'lockkit:nestjs:exclusive-cron';
 
-/** On a method: the {@link ExclusiveMetadata} of `@Exclusive`. @internal */
+/** On a class prototype: the list of `@Exclusive` declarations of its methods. @internal */
 export const EXCLUSIVE_KEY = 'lockkit:nestjs:exclusive';
 
 /** On a provider instance: the {@link ExclusiveBinding} its `@Exclusive` methods use. @internal */

@@ -16,7 +16,7 @@ export interface LockkitScheduleModuleOptions {
   readonly lockKit: LockClient<unknown, unknown>;
   /** Options of the underlying scheduler (`namespace`, `owner`, `catchUpGraceMs`, `retentionMs`, `clock`, …). */
   readonly scheduler?: SchedulerOptions;
-  /** Run `lockKit.migrate()` while the module initialises (safe from every replica at once). Default `false`. */
+  /** Run `lockKit.migrate()` while the module initialises (safe from every replica at once). `true` or `false` (default). */
   readonly migrate?: boolean;
   /**
    * Where scheduler outcomes and skipped `@Exclusive` calls are logged: default a Nest `Logger`
@@ -24,9 +24,16 @@ export interface LockkitScheduleModuleOptions {
    * or `false` for nothing.
    */
   readonly logger?: LoggerService | false;
-  /** How long shutdown waits for running jobs to end after aborting their signal. Default 10,000 ms. */
+  /**
+   * How long shutdown may take as a whole: running jobs and `@Exclusive` calls get their signal
+   * aborted and this long to end; the scheduler's clean-up fits in the same time. Default 10,000 ms.
+   */
   readonly stopTimeoutMs?: number;
-  /** Lock namespace of `@Exclusive` methods that name none. Default `'nestjs'`. */
+  /**
+   * Lock namespace of `@Exclusive` methods that name none. Default `'nestjs'`. Advisory locks are
+   * per database, not per schema: give each service sharing a database its own (and its own
+   * `scheduler.namespace`).
+   */
   readonly exclusiveNamespace?: string;
 }
 
