@@ -98,11 +98,13 @@ export function knexExecutor(
   options: KnexExecutorOptions = {},
 ): LockExecutor<Knex.Transaction, KnexPgConnection> {
   const name = options.name ?? 'knex';
-  const dialect = (knex.client as { dialect?: unknown } | undefined)?.dialect;
-  if (dialect !== 'postgresql') {
+  // Knex's CockroachDB and pg-native clients call themselves 'postgresql' too; only the pg client
+  // hands out node-postgres connections, and CockroachDB's advisory locks lock nothing.
+  const driver = (knex.client as { driverName?: unknown } | undefined)?.driverName;
+  if (driver !== 'pg') {
     throw new LockkitError(
       'OPTION_INVALID',
-      `The ${name} executor needs a Knex instance made with the 'pg' client (PostgreSQL), not '${String(dialect)}'.`,
+      `The ${name} executor needs a Knex instance made with the 'pg' client (node-postgres), not '${String(driver)}'.`,
     );
   }
   const client = knex.client as Knex.Client;
