@@ -20,6 +20,7 @@ const READMES = [
   'packages/pg/README.md',
   'packages/postgres/README.md',
   'packages/drizzle/README.md',
+  'packages/knex/README.md',
   'packages/otel/README.md',
   'packages/prometheus/README.md',
 ];
