@@ -69,6 +69,11 @@ export class TransactionView {
   /** Whether the opening statement went with Knex's BEGIN; its rows then. */
   openingSent = false;
   openingRows: Row[] = [];
+  /**
+   * The error of Knex's `BEGIN;` (with the opening, when it went along), if it failed. Knex then
+   * rejects its transaction but still calls the transaction's callback: the callback must check.
+   */
+  beginError: Error | undefined;
   /** Whether Knex's COMMIT; was answered ROLLBACK (the transaction had failed). */
   commitAnsweredRollback = false;
   /**
@@ -118,11 +123,20 @@ export class TransactionView {
     if (!this.begun && text === KNEX_BEGIN) {
       this.begun = true;
       const { opening } = this;
-      if (opening.kind === 'plain') return target.query(config, done);
+      const begun = (error: Error | null) => {
+        if (error) this.beginError = error;
+      };
+      if (opening.kind === 'plain') {
+        return target.query(config, (error: Error | null, result: unknown) => {
+          begun(error);
+          done(error, result);
+        });
+      }
       this.openingSent = true;
       const sent =
         opening.kind === 'after-begin' ? `BEGIN; ${opening.text}` : `${opening.text}; BEGIN`;
       return target.query({ ...config, text: sent }, (error: Error | null, result: unknown) => {
+        begun(error);
         if (!error) {
           const results = resultsOf(result);
           const rows = (opening.kind === 'after-begin' ? results.at(-1) : results[0])?.rows;

@@ -151,6 +151,9 @@ export function knexExecutor(
       try {
         await knex.transaction(
           async (trx) => {
+            // Knex calls this even when its BEGIN; failed (it has rejected the transaction
+            // already, with that error): the task must not run outside a transaction.
+            if (view.beginError !== undefined) throw view.beginError;
             const ctx = new FateTransactionContext(query, trx, fate);
             ctx.ended = view.ended;
             if (cancel) {

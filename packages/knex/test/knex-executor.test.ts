@@ -116,6 +116,33 @@ describe('Knex executor', () => {
     expect(instance.checkedOut()).toBe(0);
   });
 
+  it("a failed BEGIN never runs the task (Knex runs its callback even then): the driver's error comes back as it was", async () => {
+    const executor = knexExecutor(db);
+    let ran = false;
+    const task = async () => {
+      ran = true;
+      return 'ran';
+    };
+    const failing = 'SELECT 1 / 0';
+    for (const attempt of [
+      () => executor.firstThenBegin?.(failing, task),
+      () => executor.pipelinedTransaction?.(failing, task),
+    ]) {
+      const error = await Promise.resolve(attempt()).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect((error as { code?: unknown } | undefined)?.code).toBe('22012');
+    }
+    expect(ran).toBe(false);
+    // The connection went back clean: the next transaction on the pool runs normally.
+    expect(await locks.withLock(key(), async () => 'after')).toEqual({
+      executed: true,
+      result: 'after',
+    });
+    expect(instance.checkedOut()).toBe(0);
+  });
+
   it('refuses a Knex instance of another dialect before any SQL', () => {
     const cockroach = knex({
       client: 'cockroachdb',
