@@ -4,16 +4,18 @@
 import { createRequire } from 'node:module';
 import type { LockClient } from '@lockkit/core';
 import { createLockKit as drizzleKit } from '@lockkit/drizzle';
+import { createLockKit as knexKit } from '@lockkit/knex';
 import { createLockKit as pgKit } from '@lockkit/pg';
 import { createLockKit as postgresKit } from '@lockkit/postgres';
 import { createLockKit as prismaKit } from '@lockkit/prisma';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import knex from 'knex';
 import pg from 'pg';
 import postgres from 'postgres';
 
 /** The adapters the demo can run on. */
-export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle'] as const;
+export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle', 'knex'] as const;
 /** One of {@link ADAPTERS}. */
 export type AdapterName = (typeof ADAPTERS)[number];
 
@@ -46,6 +48,13 @@ export function connect(
       return {
         locks: drizzleKit(drizzle(pool), { schema }) as LockClient<unknown, unknown>,
         close: () => pool.end(),
+      };
+    }
+    case 'knex': {
+      const db = knex({ client: 'pg', connection: url, pool: { min: 0, max: poolSize } });
+      return {
+        locks: knexKit(db, { schema }) as LockClient<unknown, unknown>,
+        close: () => db.destroy(),
       };
     }
     case 'prisma': {
