@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKnexLockKit } from '@lockkit/knex';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
@@ -23,6 +24,7 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
+import knex from 'knex';
 import pg from 'pg';
 import postgres from 'postgres';
 import { measureJsCost } from './js-cost.js';
@@ -133,6 +135,11 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     path: '@lockkit/drizzle (postgres.js)',
     kind: 'run',
   },
+  'knex transaction reference (try-lock, no lockkit)': {
+    path: 'knex transaction',
+    kind: 'run',
+  },
+  '@lockkit/knex runExclusiveJob, run decision': { path: '@lockkit/knex', kind: 'run' },
   'prisma $transaction reference (try-lock, no lockkit)': {
     path: 'prisma $transaction',
     kind: 'run',
@@ -236,6 +243,8 @@ async function main(): Promise<void> {
       const drizzlePg = drizzleNodePostgres(pool);
       const drizzlePjs = drizzlePostgresJs(sql);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
+      const knexDb = knex({ client: 'pg', connection: url, pool: { min: 0, max: clients } });
+      const knexLocks = createKnexLockKit(knexDb);
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -393,6 +402,20 @@ async function main(): Promise<void> {
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'knex transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return knexDb.transaction((trx) =>
+              trx.raw('SELECT pg_try_advisory_xact_lock(?::int4, ?::int4)', [k1, k2]),
+            );
+          },
+        },
+        {
+          name: '@lockkit/knex runExclusiveJob, run decision',
+          operation: (client) =>
+            knexLocks.runExclusiveJob(namespace, `knex-${runJobs[client]}`, async () => {}),
+        },
+        {
           name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',
           operation: (client) => boss.cycle(client),
         },
@@ -433,6 +456,7 @@ async function main(): Promise<void> {
       await prisma.$disconnect();
       await prismaPool.end();
       await boss.close();
+      await knexDb.destroy();
       pinning?.restore();
       pinning = undefined;
       const results = scenarios.map((s) => ({ name: s.name, m: median(runs.get(s.name) ?? []) }));

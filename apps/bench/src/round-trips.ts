@@ -11,12 +11,14 @@ import { createRequire } from 'node:module';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKnexLockKit } from '@lockkit/knex';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import knex from 'knex';
 import pg from 'pg';
 import postgres from 'postgres';
 import { startPgBossPeer } from './pg-boss.js';
@@ -51,6 +53,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   const prismaPool = new pg.Pool({ connectionString: proxy.url, max: 1 });
   const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
   const boss = await startPgBossPeer(proxy.url, 1);
+  const knexDb = knex({ client: 'pg', connection: proxy.url, pool: { min: 0, max: 1 } });
   const results = new Map<string, RoundTrips>();
   try {
     const keys = (job: string) => generateLockKeys(namespace, job);
@@ -94,6 +97,13 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
         tx.$queryRawUnsafe('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', k1, k2),
       );
     };
+    const knexKit = createKnexLockKit(knexDb);
+    const knexReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return knexDb.transaction((trx) =>
+        trx.raw('SELECT pg_try_advisory_xact_lock(?::int4, ?::int4)', [k1, k2]),
+      );
+    };
     const paths: [string, Decide][] = [
       ['seed reference', reference],
       ['hand-written 2-trip', handWritten],
@@ -104,6 +114,8 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['drizzle (node-postgres) transaction', drizzleReference],
       ['@lockkit/prisma', (job) => prismaKit.runExclusiveJob(namespace, job, task)],
       ['prisma $transaction', prismaReference],
+      ['@lockkit/knex', (job) => knexKit.runExclusiveJob(namespace, job, task)],
+      ['knex transaction', knexReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
@@ -147,6 +159,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     return results;
   } finally {
     await boss.close();
+    await knexDb.destroy();
     await prisma.$disconnect();
     await prismaPool.end();
     await pool.end();
