@@ -110,7 +110,12 @@ export function knexExecutor(
   const client = knex.client as Knex.Client;
   // A pool of one: a lockkit call from inside a task could never get the connection, and a wait
   // can only be cancelled with the protocol's own request.
-  const poolMax = (client.config.pool as { max?: unknown } | undefined)?.max;
+  // Knex's own pool (`pool.max`), or an application's pg.Pool given as `connectionPool`.
+  const { pool, connectionPool } = client.config as {
+    pool?: { max?: unknown };
+    connectionPool?: { options?: { max?: unknown } };
+  };
+  const poolMax = connectionPool ? connectionPool.options?.max : pool?.max;
   const alone = poolMax === 1;
   const nested = new NestedCallGuard(name, alone, client);
 

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { isLockkitError, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import knex from 'knex';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLockKit, knexExecutor } from '../src/index.js';
 import { knexInstance } from './instances.js';
@@ -153,6 +154,38 @@ describe('Knex executor', () => {
       expect(() => knexExecutor(cockroach)).toThrow(/'pg' client/);
     } finally {
       void cockroach.destroy();
+    }
+  });
+});
+
+describe('Knex over a pg.Pool of the application (connectionPool)', () => {
+  it('takes its connections from that pool, gives them back, and sees a pool of one', async () => {
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 1 });
+    pool.on('error', () => {});
+    const shared = knex({ client: 'pg', connectionPool: pool });
+    try {
+      const sharedLocks = createLockKit(shared);
+      const r = await sharedLocks.withLock(key(), async (trx) => {
+        const { rows } = await trx.raw('SELECT 1 AS one');
+        // One connection only: a lockkit call from inside the task could never get it.
+        const nested = await sharedLocks
+          .withLock(key(), async () => 'inner')
+          .then(
+            () => 'ran',
+            (error: unknown) => (isLockkitError(error) ? error.code : String(error)),
+          );
+        return { one: rows[0].one as number, nested };
+      });
+      expect(r).toEqual({ executed: true, result: { one: 1, nested: 'NESTED_CALL' } });
+      const s = await sharedLocks.withSessionLock(key(), async (conn) => {
+        const { rows } = await shared.raw('SELECT 2 AS two').connection(conn);
+        return rows[0].two as number;
+      });
+      expect(s).toEqual({ executed: true, result: 2 });
+      expect(pool.totalCount - pool.idleCount).toBe(0);
+    } finally {
+      await shared.destroy();
+      await pool.end();
     }
   });
 });
