@@ -243,7 +243,8 @@ async function main(): Promise<void> {
       const drizzlePg = drizzleNodePostgres(pool);
       const drizzlePjs = drizzlePostgresJs(sql);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
-      const knexDb = knex({ client: 'pg', connection: url, pool: { min: 0, max: clients } });
+      // Knex over the same pg.Pool (connectionPool, Knex 3.3): no more connections for its rows.
+      const knexDb = knex({ client: 'pg', connectionPool: pool });
       const knexLocks = createKnexLockKit(knexDb);
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that

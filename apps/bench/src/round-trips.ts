@@ -53,7 +53,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   const prismaPool = new pg.Pool({ connectionString: proxy.url, max: 1 });
   const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
   const boss = await startPgBossPeer(proxy.url, 1);
-  const knexDb = knex({ client: 'pg', connection: proxy.url, pool: { min: 0, max: 1 } });
+  const knexDb = knex({ client: 'pg', connectionPool: pool });
   const results = new Map<string, RoundTrips>();
   try {
     const keys = (job: string) => generateLockKeys(namespace, job);
