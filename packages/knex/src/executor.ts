@@ -207,9 +207,15 @@ export function knexExecutor(
       return outcome.value;
     } finally {
       if (slot.current === fate) slot.current = undefined;
-      // Knex sends no ROLLBACK when its BEGIN; failed; `BEGIN; <opening>` can fail after BEGIN.
+      // Knex sends no ROLLBACK when its BEGIN; failed; `BEGIN; <opening>` can fail after BEGIN,
+      // leaving an aborted transaction. node-postgres reports a failed statement before the
+      // ReadyForQuery that gives the new status, so the status read here may be the old one.
       const status = connection.getTransactionStatus?.();
-      if (!fate.aborted && broken === undefined && (status === 'T' || status === 'E')) {
+      const open =
+        status === 'T' ||
+        status === 'E' ||
+        (opening.kind === 'after-begin' && view.beginError !== undefined);
+      if (!fate.aborted && broken === undefined && open) {
         await connection.query('ROLLBACK').catch((error: unknown) => {
           broken = error;
         });

@@ -12,6 +12,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLockKit, knexExecutor } from '../src/index.js';
 import { knexInstance } from './instances.js';
+import { startLateReadyProxy } from './late-ready-proxy.js';
 
 const schema = `lockkit_knex_${randomBytes(6).toString('hex')}`;
 const instance = knexInstance(testDatabaseUrl(), 3);
@@ -186,6 +187,30 @@ describe('Knex over a pg.Pool of the application (connectionPool)', () => {
     } finally {
       await shared.destroy();
       await pool.end();
+    }
+  });
+});
+
+describe('a failed opening when the server says ReadyForQuery late', () => {
+  it('BEGIN; <opening> that failed is rolled back before the connection goes back to the pool', async () => {
+    const proxy = await startLateReadyProxy(testDatabaseUrl(), 1000);
+    const late = knexInstance(proxy.url, 1);
+    try {
+      const failed = await late.executor
+        .pipelinedTransaction?.('SELECT 1 / 0', async () => 'ran')
+        .then(
+          () => undefined,
+          (error: unknown) => (error as { code?: unknown }).code,
+        );
+      expect(failed).toBe('22012');
+      // The pool's only connection serves the next call: it came back outside any transaction.
+      expect(await createLockKit(late.db).withLock(key(), async () => 'next')).toEqual({
+        executed: true,
+        result: 'next',
+      });
+    } finally {
+      await late.close();
+      await proxy.close();
     }
   });
 });
