@@ -20,6 +20,8 @@ const READMES = [
   'packages/pg/README.md',
   'packages/postgres/README.md',
   'packages/drizzle/README.md',
+  'packages/kysely/README.md',
+  'packages/typeorm/README.md',
   'packages/knex/README.md',
   'packages/otel/README.md',
   'packages/prometheus/README.md',

@@ -15,22 +15,26 @@ import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit as createKnexLockKit } from '@lockkit/knex';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
+import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
 import knex from 'knex';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
+import { DataSource } from 'typeorm';
 import { measureJsCost } from './js-cost.js';
 import { measureRenewalLatency } from './lease-renewal.js';
 import { type Measurement, measure, median, type Operation, percentile } from './measure.js';
-import { measureMemory } from './memory.js';
+import { type MemoryReport, measureMemory, type ProcessMemory } from './memory.js';
 import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
@@ -85,6 +89,8 @@ const { values: flags } = parseArgs({
     'lease-renewal': { type: 'boolean', default: false },
     // Only lockkit's own JavaScript per decision, over a driver that answers at once.
     'js-cost': { type: 'boolean', default: false },
+    // Only the memory probes (bare, 16 connections, 10,000 jobs on one and on distinct schedules).
+    memory: { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -145,6 +151,19 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     kind: 'run',
   },
   '@lockkit/prisma runExclusiveJob, run decision': { path: '@lockkit/prisma', kind: 'run' },
+  'typeorm dataSource.transaction reference (try-lock, no lockkit)': {
+    path: 'typeorm transaction',
+    kind: 'run',
+  },
+  '@lockkit/typeorm runExclusiveJob, run decision': { path: '@lockkit/typeorm', kind: 'run' },
+  'kysely (node-postgres) transaction reference (try-lock, no lockkit)': {
+    path: 'kysely (node-postgres) transaction',
+    kind: 'run',
+  },
+  '@lockkit/kysely (node-postgres) runExclusiveJob, run decision': {
+    path: '@lockkit/kysely (node-postgres)',
+    kind: 'run',
+  },
   'pg-boss 10 singleton job cycle (send, fetch, complete)': {
     path: 'pg-boss 10 singleton job',
     kind: 'run',
@@ -191,6 +210,19 @@ async function main(): Promise<void> {
   if (flags['lease-renewal']) {
     try {
       await leaseRenewal(url);
+    } finally {
+      await embedded?.stop();
+    }
+    return;
+  }
+  if (flags.memory) {
+    try {
+      const memory = measureMemory(
+        url,
+        fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)),
+      );
+      printMemory(memory);
+      if (flags.json) console.log(JSON.stringify({ memory }));
     } finally {
       await embedded?.stop();
     }
@@ -243,6 +275,16 @@ async function main(): Promise<void> {
       const drizzlePg = drizzleNodePostgres(pool);
       const drizzlePjs = drizzlePostgresJs(sql);
       const drizzlePjsLocks = createDrizzleLockKit(drizzlePjs);
+      const typeorm = await new DataSource({
+        type: 'postgres',
+        url,
+        poolSize: clients,
+      }).initialize();
+      const typeormLocks = createTypeOrmLockKit(typeorm);
+      const kyselyPg = new Kysely<Record<string, never>>({
+        dialect: new PostgresDialect({ pool }),
+      });
+      const kyselyPgLocks = createKyselyLockKit(kyselyPg, { pool });
       // Knex over the same pg.Pool (connectionPool, Knex 3.3): no more connections for its rows.
       const knexDb = knex({ client: 'pg', connectionPool: pool });
       const knexLocks = createKnexLockKit(knexDb);
@@ -403,6 +445,36 @@ async function main(): Promise<void> {
             drizzlePjsLocks.runExclusiveJob(namespace, `dpjs-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'typeorm dataSource.transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return typeorm.transaction((manager) =>
+              manager.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [k1, k2]),
+            );
+          },
+        },
+        {
+          name: '@lockkit/typeorm runExclusiveJob, run decision',
+          operation: (client) =>
+            typeormLocks.runExclusiveJob(namespace, `typeorm-${runJobs[client]}`, async () => {}),
+        },
+        {
+          name: 'kysely (node-postgres) transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return kyselyPg
+              .transaction()
+              .execute((trx) =>
+                kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+              );
+          },
+        },
+        {
+          name: '@lockkit/kysely (node-postgres) runExclusiveJob, run decision',
+          operation: (client) =>
+            kyselyPgLocks.runExclusiveJob(namespace, `kpg-${runJobs[client]}`, async () => {}),
+        },
+        {
           name: 'knex transaction reference (try-lock, no lockkit)',
           operation: (client) => {
             const [k1, k2] = referenceKeys[client] as [number, number];
@@ -456,6 +528,7 @@ async function main(): Promise<void> {
       await sql.end({ timeout: 5 });
       await prisma.$disconnect();
       await prismaPool.end();
+      await typeorm.destroy();
       await boss.close();
       await knexDb.destroy();
       pinning?.restore();
@@ -495,16 +568,7 @@ async function main(): Promise<void> {
       `  ${path}: ${rt.run} / ${rt.skip}${rt.counted === 'protocol' ? ' (by protocol)' : ''}`,
     );
   }
-  if (memory) {
-    const above = (m: { rssMb: number; liveMb: number }) =>
-      `RSS ${m.rssMb} MB (+${(m.rssMb - memory.bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - memory.bare.liveMb).toFixed(1)})`;
-    console.log('\nMemory after a full GC, against a bare process (node-postgres loaded):');
-    console.log(`  bare process: RSS ${memory.bare.rssMb} MB, live JS ${memory.bare.liveMb} MB`);
-    console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
-    console.log(
-      `  scheduler with 10,000 jobs registered and started: ${above(memory.scheduler10k)}`,
-    );
-  }
+  if (memory) printMemory(memory);
   if (scale) {
     console.log(
       `\nScale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
@@ -555,6 +619,26 @@ async function leaseRenewal(url: string): Promise<void> {
     );
   }
   if (flags.json) console.log(JSON.stringify({ leaseRenewal: results }));
+}
+
+/** The memory probes' figures, each against the bare process, at once and settled. */
+function printMemory(memory: MemoryReport): void {
+  const bare = memory.bare;
+  const above = (m: ProcessMemory) =>
+    `RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
+  console.log(
+    '\nMemory after a full GC, and settled (after 10 s idle), against a bare process (node-postgres loaded):',
+  );
+  console.log(
+    `  bare process: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,
+  );
+  console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
+  console.log(
+    `  scheduler with 10,000 jobs registered and started, one shared schedule: ${above(memory.scheduler10k)}`,
+  );
+  console.log(
+    `  scheduler with 10,000 jobs registered and started, 10,000 distinct schedules: ${above(memory.scheduler10kDistinct)}`,
+  );
 }
 
 main().catch((error: unknown) => {

@@ -2,19 +2,44 @@
  * One memory probe, run as its own process by `memory.ts`: prints, as JSON, the resident set and
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
- * of one whose scheduler has 10,000 jobs registered and started — after a full GC.
+ * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC,
+ * and again after 10 s of idling (`settled`).
  *
- *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k <database url>
+ *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
 import { createScheduler } from '@lockkit/core';
 import { createLockKit } from '@lockkit/pg';
 import pg from 'pg';
 
 /** Which process to measure. */
-export type Probe = 'bare' | 'pool16' | 'scheduler10k';
+export type Probe = 'bare' | 'pool16' | 'scheduler10k' | 'scheduler10kDistinct';
 
-async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb: number }> {
-  const settle = async () => {
+/**
+ * 10,000 distinct cron expressions, none of which fires for months: every second/minute pair of
+ * an hour (3,600), on the first, second or third day of the month that is six months away.
+ */
+function distinctSchedules(now: Date): string[] {
+  // Cron months count from 1: six months after this one, so no tick falls in the measurement.
+  const month = ((now.getUTCMonth() + 6) % 12) + 1;
+  return Array.from(
+    { length: 10_000 },
+    (_, j) => `${j % 60} ${Math.floor(j / 60) % 60} * ${1 + Math.floor(j / 3600)} ${month} *`,
+  );
+}
+
+/** Memory in MB: resident set, and live JavaScript memory (heap used + external). */
+interface Reading {
+  readonly rssMb: number;
+  readonly liveMb: number;
+}
+
+/** How long a probe idles before its settled reading: V8's memory reducer runs within it. */
+const SETTLE_MS = 10_000;
+
+/** Memory after a full GC, and again after {@link SETTLE_MS} of idling, GC'd again. */
+async function readings(): Promise<Reading & { settled: Reading }> {
+  const read = async (): Promise<Reading> => {
     for (let i = 0; i < 3; i++) {
       (globalThis as { gc?: () => void }).gc?.();
       await new Promise((r) => setTimeout(r, 50));
@@ -22,8 +47,17 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
     const { rss, heapUsed, external } = process.memoryUsage();
     return { rssMb: rss / 2 ** 20, liveMb: (heapUsed + external) / 2 ** 20 };
   };
-  if (kind === 'bare') return settle();
-  const pool = new pg.Pool({ connectionString: url, max: 16 });
+  const atOnce = await read();
+  // A process that has just allocated a lot keeps its young generation grown until V8's memory
+  // reducer sees it idle and shrinks it: what a long-running scheduler holds is after that.
+  await new Promise((r) => setTimeout(r, SETTLE_MS));
+  return { ...atOnce, settled: await read() };
+}
+
+async function probe(kind: Probe, url: string): Promise<Reading & { settled: Reading }> {
+  if (kind === 'bare') return readings();
+  // Idle connections stay open through the settling (pg closes them after 10 s by default).
+  const pool = new pg.Pool({ connectionString: url, max: 16, idleTimeoutMillis: 0 });
   const locks = createLockKit(pool);
   if (kind === 'pool16') {
     // 16 connections open and each used for a decision, as a busy service has them.
@@ -32,16 +66,21 @@ async function probe(kind: Probe, url: string): Promise<{ rssMb: number; liveMb:
         locks.runExclusiveJob('memory', `job-${i}`, async () => {}),
       ),
     );
-    const mb = await settle();
+    const mb = await readings();
     await pool.end();
     return mb;
   }
   await locks.migrate();
   const scheduler = createScheduler(locks);
-  // Hourly jobs: registered, scheduled and waiting, none firing during the measurement.
-  for (let j = 0; j < 10_000; j++) scheduler.register(`memory-${j}`, '0 0 * * * *', () => {});
+  // Registered, scheduled and waiting, none firing during the measurement: hourly jobs on one
+  // shared schedule, or each on its own.
+  const distinct = kind === 'scheduler10kDistinct' ? distinctSchedules(new Date()) : undefined;
+  for (let j = 0; j < 10_000; j++) {
+    const name = distinct ? `memory-distinct-${j}` : `memory-${j}`;
+    scheduler.register(name, distinct?.[j] ?? '0 0 * * * *', () => {});
+  }
   await scheduler.start();
-  const mb = await settle();
+  const mb = await readings();
   await scheduler.stop({ timeoutMs: 1000 });
   await pool.end();
   return mb;

@@ -12,15 +12,19 @@ import { startRoundTripProxy } from '@lockkit/conformance';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
 import { createLockKit as createKnexLockKit } from '@lockkit/knex';
+import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
 import { createLockKit as createPrismaLockKit } from '@lockkit/prisma';
+import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import knex from 'knex';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
+import { DataSource } from 'typeorm';
 import { startPgBossPeer } from './pg-boss.js';
 import { PrismaClient } from './prisma-client.js';
 
@@ -53,6 +57,11 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   const prismaPool = new pg.Pool({ connectionString: proxy.url, max: 1 });
   const prisma = new PrismaClient({ adapter: new PrismaPg(prismaPool) });
   const boss = await startPgBossPeer(proxy.url, 1);
+  const typeorm = await new DataSource({
+    type: 'postgres',
+    url: proxy.url,
+    poolSize: 1,
+  }).initialize();
   const knexDb = knex({ client: 'pg', connectionPool: pool });
   const results = new Map<string, RoundTrips>();
   try {
@@ -84,6 +93,10 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     const bareDrizzle = drizzle(pool);
     const dz = createDrizzleLockKit(bareDrizzle);
     const prismaKit = createPrismaLockKit(prisma);
+    const bareKysely = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool }),
+    });
+    const ky = createKyselyLockKit(bareKysely, { pool });
     const task = async () => {};
     const drizzleReference: Decide = (job) => {
       const [k1, k2] = keys(job);
@@ -91,10 +104,25 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
         tx.execute(drizzleSql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`),
       );
     };
+    const kyselyReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return bareKysely
+        .transaction()
+        .execute((trx) =>
+          kyselySql`SELECT pg_try_advisory_xact_lock(${k1}::int4, ${k2}::int4)`.execute(trx),
+        );
+    };
     const prismaReference: Decide = (job) => {
       const [k1, k2] = keys(job);
       return prisma.$transaction((tx) =>
         tx.$queryRawUnsafe('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', k1, k2),
+      );
+    };
+    const typeormKit = createTypeOrmLockKit(typeorm);
+    const typeormReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return typeorm.transaction((manager) =>
+        manager.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [k1, k2]),
       );
     };
     const knexKit = createKnexLockKit(knexDb);
@@ -114,6 +142,10 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['drizzle (node-postgres) transaction', drizzleReference],
       ['@lockkit/prisma', (job) => prismaKit.runExclusiveJob(namespace, job, task)],
       ['prisma $transaction', prismaReference],
+      ['@lockkit/typeorm', (job) => typeormKit.runExclusiveJob(namespace, job, task)],
+      ['typeorm transaction', typeormReference],
+      ['@lockkit/kysely (node-postgres)', (job) => ky.runExclusiveJob(namespace, job, task)],
+      ['kysely (node-postgres) transaction', kyselyReference],
       ['@lockkit/knex', (job) => knexKit.runExclusiveJob(namespace, job, task)],
       ['knex transaction', knexReference],
     ];
@@ -159,6 +191,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     return results;
   } finally {
     await boss.close();
+    await typeorm.destroy();
     await knexDb.destroy();
     await prisma.$disconnect();
     await prismaPool.end();

@@ -4,7 +4,7 @@
  * the database.
  *
  *   pnpm demo [--workers 4] [--seconds 20] [--skew-ms 800] [--kill auto|none|<n>]
- *             [--adapter pg|postgres|prisma|drizzle] [--url postgres://…] [--json]
+ *             [--adapter pg|postgres|prisma|drizzle|kysely] [--url postgres://…] [--json]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

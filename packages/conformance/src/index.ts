@@ -27,6 +27,7 @@ import { poolerCases } from './cases/pooler.js';
 import { robustnessCases } from './cases/robustness.js';
 import { schedulerCases } from './cases/scheduler.js';
 import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
+import { schedulerOverlapRaceCases } from './cases/scheduler-overlap-races.js';
 import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
 import { standbyCases } from './cases/standby.js';
@@ -250,7 +251,10 @@ function engineCasesThroughBouncer<Tx, Session>(
   engineSelfTestCases(adapter, fixture, 'pgbouncer');
 }
 
-/** The scheduler group: its behaviour cases, its timing cases, then its ledger-protocol cases. */
+/**
+ * The scheduler group: its behaviour cases, its timing cases, its ledger-protocol cases, then its
+ * overlap-judgement races.
+ */
 function allSchedulerCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
@@ -259,4 +263,5 @@ function allSchedulerCases<Tx, Session>(
   schedulerCases(adapter, fixture, workerSeconds);
   schedulerTimingCases(adapter, fixture);
   schedulerLedgerCases(adapter, fixture);
+  schedulerOverlapRaceCases(adapter, fixture);
 }

@@ -37,12 +37,19 @@ export interface Clock {
   setTimer(ms: number, callback: () => void): ClockTimer;
 }
 
+/** A `setTimeout` of the system clock: one small object, no closure (a scheduler holds one a job). */
+class SystemTimer implements ClockTimer {
+  constructor(private readonly timeout: NodeJS.Timeout) {}
+  cancel(): void {
+    clearTimeout(this.timeout);
+  }
+}
+
 /** The real clock: `Date.now` and `setTimeout` (never given more than {@link MAX_TIMER_MS}). */
 export const systemClock: Clock = Object.freeze({
   now: () => Date.now(),
   setTimer(ms: number, callback: () => void): ClockTimer {
-    const timer = setTimeout(callback, Math.min(Math.max(0, ms), MAX_TIMER_MS));
-    return { cancel: () => clearTimeout(timer) };
+    return new SystemTimer(setTimeout(callback, Math.min(Math.max(0, ms), MAX_TIMER_MS)));
   },
 });
 

@@ -27,7 +27,6 @@ import {
   giveBackAbandonedStatement,
   giveBackClaimStatement,
   heartbeatSchedulesStatement,
-  holdersStatement,
   type LedgerScope,
   liveSchedulesStatement,
   nextDueStatement,
@@ -39,6 +38,7 @@ import {
   recentTicksStatement,
   recordTicksStatement,
   registerScheduleStatement,
+  tickJudgeStatement,
   tickStateStatement,
 } from './sql/scheduler.js';
 
@@ -102,7 +102,8 @@ export interface Registration {
  */
 export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
   const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
-  return createHash('sha256').update(reading).digest('hex').slice(0, 16);
+  // Flat 16 characters, not a slice keeping the whole 64-character digest alive with it.
+  return createHash('sha256').update(reading).digest().toString('hex', 0, 8);
 }
 
 const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);
@@ -132,17 +133,19 @@ export class Ledger {
   }
 
   /**
-   * Whether the job's lock and the tick's lock are free (taking those that are, until the end of
-   * the transaction). Asked after a wait for the job's lock timed out.
+   * Asked after a wait for the job's lock timed out (see {@link tickJudgeStatement}): whether the
+   * tick's lock was free (then taken until the end of the transaction), and, if so, whether a
+   * transaction holds the job's lock together with another tick's lock — a run of another tick,
+   * the only proof of an overlap.
    */
-  async holders(
+  async judge(
     query: QueryFn,
     jobKey: LockKey,
     tickKey: LockKey,
-  ): Promise<{ readonly jobFree: boolean; readonly tickFree: boolean }> {
-    const [row] = await rowsOf(query, holdersStatement(jobKey, tickKey));
+  ): Promise<{ readonly tickFree: boolean; readonly anotherTickRuns: boolean }> {
+    const [row] = await rowsOf(query, tickJudgeStatement(jobKey, tickKey));
     if (row) refuseInRecovery(row, `lock ${jobKey}`);
-    return { jobFree: row?.job_free === true, tickFree: row?.tick_free === true };
+    return { tickFree: row?.tick_free === true, anotherTickRuns: row?.another_tick_runs === true };
   }
 
   /** Claims `tick` (free, or PENDING and due): its attempt number, or undefined when not ours. */

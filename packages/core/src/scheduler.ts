@@ -5,8 +5,10 @@
  * Each tick has one row in a ledger (see `ledger.ts` for the protocol). A node that fires a tick
  * waits (briefly) for the job's advisory lock, takes the tick's own lock, then looks the tick up
  * in the ledger: a late node finds it taken and skips; a node that cannot get the job's lock asks
- * who holds it — a run of this very tick (it waits for the outcome), a run of an earlier tick (an
- * overlap: skipped or queued), or nobody any more (it claims the tick itself).
+ * who holds it (see `whenHeld`) — a run of this very tick (it waits for the
+ * outcome), a transaction proven to be running ANOTHER tick (an overlap: skipped or queued), or
+ * anything else: nobody any more, or a holder that shows no other tick, such as a run of this tick
+ * between its two lock statements (it waits for the job's lock again).
  *
  * @packageDocumentation
  */
@@ -16,7 +18,7 @@ import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { checkFiresAfter, parseSchedule, scheduleIdentity } from './cron-schedule.js';
+import { checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -29,9 +31,10 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import { Ledger, type LedgerJob, type RunRecord, scheduleHash, type TickState } from './ledger.js';
+import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { fromPostgresError } from './postgres-errors.js';
+import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import {
@@ -237,8 +240,11 @@ export interface SchedulerOptions {
 
 interface Job<Tx> extends LedgerJob {
   readonly key: LockKey;
-  /** Hash of the name, for the tick locks' keys. */
-  readonly nameHash: string;
+  /**
+   * Hash of the name, for the tick locks' keys: made at the job's first tick, not at
+   * registration, where 10,000 jobs made 10,000 digests and kept 10,000 strings unused.
+   */
+  nameHash: string | undefined;
   readonly cron: Cron;
   readonly cronText: string;
   readonly timezone: string;
@@ -253,9 +259,9 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer?: TickTimer;
+  timer: TickTimer | undefined;
   /** The last conflict reported, so that one conflict is reported once. */
-  conflict?: string | undefined;
+  conflict: string | undefined;
 }
 
 /** What one attempt at one tick came to on this node. */
@@ -346,13 +352,15 @@ const describeError = (error: unknown) =>
  */
 export class Scheduler<Tx> {
   private readonly jobs = new Map<string, Job<Tx>>();
-  /** Job name by lock key, to refuse a colliding name in O(1). */
-  private readonly jobByKey = new Map<string, string>();
   /**
-   * Parsed schedules by time zone and expression. A croner `Cron` holds a table of 10,000 years
-   * (~80 KB); jobs on the same schedule share one, so 10,000 hourly jobs do not cost 800 MB.
+   * Job name by the second number of its lock key, to refuse a colliding name in O(1): the first
+   * number is the namespace's, the same for every job of this scheduler (`jobKey`).
    */
-  private readonly schedules = new Map<string, Cron>();
+  private readonly jobByKey = new Map<number, string>();
+  /** Parsed schedules, each held once for all the jobs on it. */
+  private readonly schedules = new ScheduleBook();
+  /** The lease options of every lease-mode job registered without any: one object for all. */
+  private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
   private readonly retryTimers = new Set<ClockTimer>();
@@ -385,6 +393,7 @@ export class Scheduler<Tx> {
     this.clock =
       now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
     this.now = () => this.clock.now();
+    this.ownerOnlyLease = Object.freeze({ owner: this.owner });
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
@@ -444,7 +453,7 @@ export class Scheduler<Tx> {
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
-    const keyId = `${key.pgLocks.classid}/${key.pgLocks.objid}/${key.pgLocks.objsubid}`;
+    const keyId = key.pgLocks.objid;
     const colliding = this.jobByKey.get(keyId);
     if (colliding !== undefined) {
       throw new LockkitError(
@@ -454,7 +463,7 @@ export class Scheduler<Tx> {
     }
     if (typeof handler !== 'function')
       throw new LockkitError('OPTION_INVALID', 'the handler must be a function.');
-    let parsed: Cron;
+    let booked: BookedSchedule;
     if (options.timezone !== undefined && typeof options.timezone !== 'string')
       throw new LockkitError('OPTION_INVALID', `job "${name}": timezone must be an IANA name.`);
     if (typeof cron !== 'string')
@@ -465,9 +474,8 @@ export class Scheduler<Tx> {
     if (options.domAndDow !== undefined && typeof options.domAndDow !== 'boolean')
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
     const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
-    const scheduleId = scheduleIdentity(cron, reading);
     try {
-      parsed = this.schedules.get(scheduleId) ?? parseSchedule(cron, reading);
+      booked = this.schedules.get(cron, reading);
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -488,9 +496,12 @@ export class Scheduler<Tx> {
         `catchUp must be 'skip', 'latest' or { withinMs } with a positive integer withinMs.`,
       );
     }
-    const lease = { ...options.lease, owner: this.owner };
+    const lease =
+      options.lease === undefined ? this.ownerOnlyLease : { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
-    checkFiresAfter(parsed, cron, new Date(this.now()), name);
+    // The jobs of one schedule ask from nearly the same instant: croner answers the first.
+    checkFiresAfter(booked.cron, cron, new Date(this.now()), name);
+    const parsed = booked.cron;
     const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
     // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
@@ -505,9 +516,9 @@ export class Scheduler<Tx> {
     }
     this.jobs.set(name, {
       name,
-      hash: scheduleHash(cron, timezone, options.domAndDow === true),
+      hash: booked.hash,
       key,
-      nameHash: createHash('sha256').update(name).digest('hex').slice(0, 24),
+      nameHash: undefined,
       cron: parsed,
       cronText: cron,
       timezone,
@@ -524,9 +535,11 @@ export class Scheduler<Tx> {
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
+      // Set later: present from the start, they stay in the object rather than in a second one.
+      timer: undefined,
+      conflict: undefined,
     });
     this.jobByKey.set(keyId, name);
-    this.schedules.set(scheduleId, parsed);
     const job = this.jobs.get(name) as Job<Tx>;
     if (this.started) {
       void this.announce([job]).catch(() => {});
@@ -714,6 +727,8 @@ export class Scheduler<Tx> {
 
   /** The lock of one tick, held by whoever runs it (see {@link Ledger.holders}). */
   private tickKey(job: Job<Tx>, tick: Date): LockKey {
+    // A flat 24-character string, not a slice holding on to the whole 64-character digest.
+    job.nameHash ??= createHash('sha256').update(job.name).digest().toString('hex', 0, 12);
     return LockKey.fromNames(`${this.lockNamespace}#tick`, `${job.nameHash}@${tick.toISOString()}`);
   }
 
@@ -787,15 +802,28 @@ export class Scheduler<Tx> {
   }
 
   /**
-   * After the wait for the job's lock timed out: who holds it? Nobody any more, or a run of this
-   * very tick (`again`: wait once more — for the lock, or for that run's outcome); else a run of
-   * another tick: an overlap, recorded SKIPPED_OVERLAP or queued PENDING per the job's policy.
+   * After the wait for the job's lock timed out: who holds it? A run of this very tick (its tick
+   * lock is taken: `again`, wait for its outcome), or a transaction that holds the job's lock
+   * together with another tick's lock — a run (or, in lease mode, a claim) of another tick: an
+   * overlap, recorded SKIPPED_OVERLAP or queued PENDING per the job's policy. Anything else is
+   * `again` too: the job's lock is free by now, or its holder shows no tick of its own — which is
+   * what a run of THIS tick looks like between its two lock statements (the job's lock granted,
+   * the tick's not yet asked: one round trip, longer behind a pooler), and what a dying run looks
+   * like when Postgres has freed its tick lock a moment before its job lock. Skipping on that sight
+   * lost the tick (issue 24): the live runner then found it SKIPPED, the dead one ran nothing.
+   *
+   * Why not the other order for runners (tick lock, then job lock), which would make "the job's
+   * lock held, the tick's free" mean another tick? Nodes firing one tick would then queue on the
+   * tick's lock and, while an earlier tick's long run holds the job, time out and judge each other
+   * ('again') for the whole of that run. The judge here needs no order change and no schema
+   * change: the proof is read from `pg_locks` (by `virtualtransaction`, never by pid), with the
+   * tick's lock already held by the judge so that no run of this tick can start meanwhile.
    */
   private async whenHeld(job: Job<Tx>, tick: Date): Promise<HeldDecision> {
     const tickKey = this.tickKey(job, tick);
     return this.query(async (q) => {
-      const { jobFree, tickFree } = await this.ledger.holders(q, job.key, tickKey);
-      if (jobFree || !tickFree) return 'again';
+      const { tickFree, anotherTickRuns } = await this.ledger.judge(q, job.key, tickKey);
+      if (!tickFree || !anotherTickRuns) return 'again';
       return this.overlapped(job, tick, q);
     });
   }
@@ -1024,6 +1052,9 @@ export class Scheduler<Tx> {
 
   private async runInLease(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const schema = this.schema;
+    // Claims take the tick's lock as runs in transaction mode do, so that a node whose wait for
+    // the job's lock timed out judges a claim the same way (see whenHeld).
+    const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
     const settings = leaseSettings(job.lease);
     // A fresh tick that finds an earlier tick's run holding the job waits this long for it to
     // end (polling the lease), as transaction mode waits for the job's lock: a node whose clock
@@ -1040,6 +1071,7 @@ export class Scheduler<Tx> {
         claim = await this.locks.withLock<LeaseClaim>(
           job.key,
           async (_tx, ctx) => {
+            await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
             const state = await this.ledger.state(ctx.query, job, tick, now);
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
@@ -1088,8 +1120,12 @@ export class Scheduler<Tx> {
         );
       } catch (error) {
         if (error instanceof LockTimeoutError && !this.stopping.signal.aborted) {
-          // Claims hold the job's lock only briefly: a claim that waits this long is an overlap.
-          this.reportHeld(job, tick, await this.query((q) => this.overlapped(job, tick, q)));
+          // Claims hold the job's lock only briefly, so a wait this long meets a stuck claim. It
+          // is an overlap only when that claim is another tick's: a claim of this very tick that
+          // is slow, or dies, must not leave it SKIPPED for nobody to run (issue 24).
+          const decision = await this.whenHeld(job, tick);
+          if (decision === 'again') continue;
+          this.reportHeld(job, tick, decision);
           return NOTHING;
         }
         throw error;

@@ -49,17 +49,24 @@ export class TickTimer {
   private readonly random: () => number;
   private readonly maxLateMs: number;
   private readonly maxStepMs: number;
+  private readonly onTick: (tick: Date) => void;
   /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
   private last = 0;
-  private due: { readonly tick: number; readonly at: number } | undefined;
+  /**
+   * The scheduled tick waited for, and when it fires (tick + jitter); NaN when none is. Two
+   * fields rather than an object: a scheduler holds one timer a job.
+   */
+  private dueTick = Number.NaN;
+  private dueAt = Number.NaN;
   private pending: ClockTimer | undefined;
   private running = false;
 
   constructor(
     private readonly schedule: TickSchedule,
-    private readonly options: TickTimerOptions,
+    options: TickTimerOptions,
   ) {
     this.clock = options.clock;
+    this.onTick = options.onTick;
     this.jitterMs = options.jitterMs ?? 0;
     this.random = options.random ?? Math.random;
     this.maxLateMs = options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
@@ -68,7 +75,7 @@ export class TickTimer {
 
   /** The scheduled tick the timer is waiting for, if any. */
   get nextTick(): Date | undefined {
-    return this.due === undefined ? undefined : new Date(this.due.tick);
+    return Number.isNaN(this.dueTick) ? undefined : new Date(this.dueTick);
   }
 
   /**
@@ -81,7 +88,8 @@ export class TickTimer {
     if (this.running) return;
     this.running = true;
     this.last = this.clock.now() - this.jitterMs;
-    this.due = undefined;
+    this.dueTick = Number.NaN;
+    this.dueAt = Number.NaN;
     this.arm();
   }
 
@@ -90,33 +98,36 @@ export class TickTimer {
     this.running = false;
     this.pending?.cancel();
     this.pending = undefined;
-    this.due = undefined;
+    this.dueTick = Number.NaN;
+    this.dueAt = Number.NaN;
   }
 
   private arm(): void {
     this.pending = undefined;
     while (this.running) {
       const now = this.clock.now();
-      if (this.due === undefined) {
+      if (Number.isNaN(this.dueTick)) {
         // From the previous scheduled tick, but not from further back than a tick may be late.
         const from = Math.max(this.last, now - this.jitterMs - this.maxLateMs);
         const next = this.schedule.nextRun(new Date(from));
         if (next === null) return; // the schedule has no more ticks
         const tick = next.getTime();
         const jitter = this.jitterMs > 0 ? Math.floor(this.random() * this.jitterMs) : 0;
-        this.due = { tick, at: tick + jitter };
+        this.dueTick = tick;
+        this.dueAt = tick + jitter;
       }
-      const wait = this.due.at - now;
+      const wait = this.dueAt - now;
       if (wait > 0) {
         // Capped step; on waking, the clock is read again.
         this.pending = this.clock.setTimer(Math.min(wait, this.maxStepMs), () => this.arm());
         return;
       }
-      const { tick } = this.due;
-      this.due = undefined;
+      const tick = this.dueTick;
+      this.dueTick = Number.NaN;
+      this.dueAt = Number.NaN;
       if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
       this.last = tick;
-      this.options.onTick(new Date(tick));
+      this.onTick(new Date(tick));
     }
   }
 }

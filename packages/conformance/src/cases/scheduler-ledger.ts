@@ -4,6 +4,7 @@
  * outage, queued ticks, timeouts, stop() mid-run, durable retries, namespaces and conflicting
  * registrations. No case waits for a real tick.
  */
+import { randomBytes } from 'node:crypto';
 import {
   createLockClient,
   createScheduler,
@@ -11,7 +12,9 @@ import {
   isLockkitError,
   type LockClient,
   type LockExecutor,
+  LockKey,
   type LockkitEvent,
+  SCHEDULER_NAMESPACE,
   type Scheduler,
   type SchedulerEvent,
   type SchedulerOptions,
@@ -96,23 +99,35 @@ export function schedulerLedgerCases<Tx, Session>(
     () =>
       withSchema(async (schema) => {
         const f = fixture();
+        // Its own name: a job's lock key does not depend on the schema, and other runs of the
+        // suite on this database must not hold it.
+        const job = `job-${randomBytes(6).toString('hex')}`;
         const clock = handClock(0);
         const started = gate<number>();
         const release = gate();
-        const timedOut = gate();
+        const judged = gate();
         const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
-        a.register('job', '* * * * * *', async (run) => {
+        a.register(job, '* * * * * *', async (run) => {
           if (run.mode !== 'transaction') throw new Error('mode');
           const [me] = await run.query('SELECT pg_backend_pid() AS pid');
           started.open(Number(me?.pid));
           await release.promise;
           await run.query('SELECT 1'); // the connection is gone: this fails
         });
+        const jobLock = JSON.stringify(LockKey.fromNames(SCHEDULER_NAMESPACE, job).pgLocks);
+        let attempts = 0;
         const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
-          if (e.type === 'lock-timed-out') timedOut.open();
+          // B's second attempt at the job's lock: it timed out, judged A's run to be this very
+          // tick's (A holds the tick's lock), and came back to wait for its outcome.
+          if (
+            e.type === 'lock-attempt' &&
+            JSON.stringify(e.key.pgLocks) === jobLock &&
+            ++attempts === 2
+          )
+            judged.open();
         });
         b.register(
-          'job',
+          job,
           '* * * * * *',
           async (run) => {
             if (run.mode !== 'transaction') throw new Error('mode');
@@ -120,13 +135,17 @@ export function schedulerLedgerCases<Tx, Session>(
               run.tick.toISOString(),
             ]);
           },
-          { claimTimeoutMs: 300 },
+          // Short, so that B keeps timing out and judging while A runs: A's death may land
+          // anywhere in that loop — in the wait, or in the judgement, where Postgres may have freed
+          // A's tick lock a moment before its job lock. Every place must end with B running it.
+          { claimTimeoutMs: 100 },
         );
-        const aRun = a.runTick('job', at(0));
+        const aRun = a.runTick(job, at(0));
         const pid = await started.promise;
-        const bRun = b.runTick('job', at(0));
+        const bRun = b.runTick(job, at(0));
         try {
-          await timedOut.promise; // B waited for the job's lock in vain: A holds it, running the tick
+          // No clock here: B's own events say it has judged (or, wrongly, that it is done).
+          await Promise.race([judged.promise, bRun]);
           await f.observer.terminate(pid);
           // B runs the tick once Postgres has ended A's transaction; A's handler only goes on (and
           // finds its connection gone) after that, when its driver has seen the connection close.
@@ -136,7 +155,7 @@ export function schedulerLedgerCases<Tx, Session>(
           await aRun;
           await bRun;
         }
-        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+        expect(await statusOf(schema, job, at(0))).toEqual(['SUCCEEDED']);
         const ran = await f.observer.query<{ worker: string }>(
           `SELECT worker FROM "${schema}".executions`,
         );

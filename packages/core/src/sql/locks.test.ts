@@ -13,7 +13,7 @@ import {
   STANDBY_MARKER,
   unlockStatement,
 } from './locks.js';
-import { holdersStatement } from './scheduler.js';
+import { tickJudgeStatement } from './scheduler.js';
 
 const anyKey = fc.oneof(
   fc.tuple(fc.integer(), fc.integer()).map(([a, b]) => LockKey.fromPair(a, b)),
@@ -102,7 +102,7 @@ describe('a lock proves itself where it is taken', () => {
       expect(inline).toContain(IN_RECOVERY);
       checkedFirst(inline);
     }
-    const holders = holdersStatement(key, LockKey.fromPair(5, 6)).text;
+    const holders = tickJudgeStatement(key, LockKey.fromPair(5, 6)).text;
     expect(holders).toContain(IN_RECOVERY);
     checkedFirst(holders);
   });

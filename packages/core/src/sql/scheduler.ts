@@ -45,19 +45,57 @@ export function tickStateStatement(
 }
 
 /**
- * Whether the job's lock and the tick's own lock are free, taking each that is (released at the
- * end of the transaction): tells a tick another node is running (`tick_free` false) from an
- * overlap with an earlier one (`job_free` false, `tick_free` true) and from a holder that is gone
- * (`job_free` true). On a standby it takes nothing and reports {@link IN_RECOVERY}.
+ * The judgement of a node whose wait for the job's lock timed out, in one statement. It tries the
+ * tick's own lock first (`tick_free`; kept, when had, until the end of the transaction), and only
+ * then — once no run of this tick can start meanwhile — looks in `pg_locks` for a transaction that
+ * holds the job's lock together with ANOTHER tick's lock of the same scheduler namespace
+ * (`another_tick_runs`, NULL when `tick_free` is not true). Only that is proof of an overlap: a
+ * runner takes the job's lock, then its tick's lock, in two statements, so a transaction seen
+ * holding the job's lock alone may be a run of this very tick between its two statements (or one
+ * dying, whose tick lock Postgres freed a moment before its job lock).
+ *
+ * The holder is matched by `virtualtransaction`, which names one transaction, not by pid (a pooled
+ * backend serves many clients); `pg_locks` is one consistent snapshot of the lock table, so both
+ * locks are seen held at the same instant. The judge never takes the job's lock: a judge is then
+ * never mistaken for a run. It costs a scan of the lock table, and is asked only after a timeout.
+ * On a standby it takes nothing and reports {@link IN_RECOVERY}.
  */
-export function holdersStatement(jobKey: LockKey, tickKey: LockKey): Statement {
-  const [j1, j2] = jobKey.pair ?? [0, 0];
-  const [t1, t2] = tickKey.pair ?? [0, 0];
+export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement {
+  const job = jobKey.pgLocks;
+  const tick = tickKey.pgLocks;
+  // Tick keys are pairs whose first number is the tick namespace's: a tick lock of the same
+  // namespace shares `classid` and `objsubid` with this one and differs in `objid`.
+  const tryTick = tickKey.pair
+    ? { args: '$7::int4, $8::int4', params: [tickKey.pair[0], tickKey.pair[1]] }
+    : { args: '$7::int8', params: [String(tickKey.int8)] };
+  // The CASE evaluates tick_free before its subquery (an init plan, run on first use): the tick's
+  // lock is ours, or known taken, before the snapshot is read.
   return {
-    text: `SELECT ${onPrimary('pg_try_advisory_xact_lock($1::int4, $2::int4)')} AS job_free,
-                  ${onPrimary('pg_try_advisory_xact_lock($3::int4, $4::int4)')} AS tick_free,
-                  ${IN_RECOVERY}`,
-    params: [j1, j2, t1, t2],
+    text: `WITH judge AS (
+             SELECT ${onPrimary(`pg_try_advisory_xact_lock(${tryTick.args})`)} AS tick_free)
+           SELECT judge.tick_free,
+                  CASE WHEN judge.tick_free THEN EXISTS (
+                    SELECT 1 FROM pg_catalog.pg_locks j
+                      JOIN pg_catalog.pg_locks t ON t.virtualtransaction = j.virtualtransaction
+                     WHERE j.locktype = 'advisory' AND j.granted
+                       AND j.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname = pg_catalog.current_database())
+                       AND j.classid::int8 = $1::int8 AND j.objid::int8 = $2::int8
+                       AND j.objsubid = $3::int4
+                       AND t.locktype = 'advisory' AND t.granted AND t.database = j.database
+                       AND t.classid::int8 = $4::int8 AND t.objsubid = $6::int4
+                       AND t.objid::int8 <> $5::int8) END AS another_tick_runs,
+                  ${IN_RECOVERY}
+             FROM judge`,
+    params: [
+      String(job.classid),
+      String(job.objid),
+      job.objsubid,
+      String(tick.classid),
+      String(tick.objid),
+      tick.objsubid,
+      ...tryTick.params,
+    ],
   };
 }
 

@@ -1,0 +1,106 @@
+/**
+ * Kysely specifics, on a real PostgreSQL: parameters travel as Kysely's bound parameters, the
+ * session's startup pid is the pinned connection's (not another connection the task takes from the
+ * same pool meanwhile), and the pool whose `connect()` lockkit wraps still serves everyone else.
+ */
+import { randomBytes } from 'node:crypto';
+import { LockKey } from '@lockkit/core';
+import { testDatabaseUrl } from '@lockkit/test-db';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createLockKit } from '../src/index.js';
+import { kyselyInstance } from './instances.js';
+
+const closers: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  await Promise.all(closers.splice(0).map((close) => close()));
+});
+
+const setup = (poolSize = 4) => {
+  const instance = kyselyInstance(testDatabaseUrl(), poolSize);
+  closers.push(instance.close);
+  return { instance, locks: createLockKit(instance.db, { pool: instance.pool }) };
+};
+
+const key = () => LockKey.fromNames('kysely-test', randomBytes(6).toString('hex'));
+
+describe('@lockkit/kysely', () => {
+  it('binds parameters through Kysely, int8 and quotes included', async () => {
+    const { locks } = setup();
+    const r = await locks.withLock(LockKey.fromBigInt(-(2n ** 63n)), async (_trx, ctx) => {
+      const [row] = await ctx.query('SELECT $1::int8::text AS v, $2::text AS s', [
+        '-9223372036854775808',
+        "it's",
+      ]);
+      return row;
+    });
+    expect(r).toEqual({ executed: true, result: { v: '-9223372036854775808', s: "it's" } });
+  });
+
+  it("reports the pinned connection's startup pid, not that of another connection the task takes", async () => {
+    const { instance } = setup();
+    const { executor } = instance;
+    if (executor.session === undefined) throw new Error('no session capability');
+    const seen = await executor.session(async (ctx) => {
+      // The task's own query on the outer db: another pooled connection, asked for from inside
+      // the session's async context.
+      const other = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(instance.db);
+      const [own] = await ctx.query('SELECT pg_backend_pid() AS pid');
+      ctx.discard?.();
+      return { other: other.rows[0]?.pid, own: Number(own?.pid), reported: ctx.backendPid };
+    });
+    expect(seen.reported).toBe(seen.own);
+    expect(seen.other).not.toBe(seen.own);
+  });
+
+  it("leaves the pool's connect() working for everyone else: promise and callback forms", async () => {
+    const { instance, locks } = setup();
+    expect((await locks.withSessionLock(key(), async () => 'ran')).executed).toBe(true);
+    const viaPromise = await instance.pool.connect();
+    const { rows } = await viaPromise.query<{ one: number }>('SELECT 1 AS one');
+    viaPromise.release();
+    expect(rows).toEqual([{ one: 1 }]);
+    const viaCallback = await new Promise<number>((resolve, reject) => {
+      instance.pool.connect(
+        (error: Error | undefined, client?: pg.PoolClient, done?: () => void) => {
+          if (error || !client) return reject(error);
+          client.query<{ two: number }>('SELECT 2 AS two').then((result) => {
+            done?.();
+            resolve(result.rows[0]?.two ?? 0);
+          }, reject);
+        },
+      );
+    });
+    expect(viaCallback).toBe(2);
+  });
+
+  it('closes a session connection after the task, and returns only once its locks are gone', async () => {
+    const { instance, locks } = setup(1);
+    const observer = new pg.Client({ connectionString: testDatabaseUrl() });
+    await observer.connect();
+    closers.push(() => observer.end());
+    const other = key();
+    const [o1, o2] = other.pair as readonly [number, number];
+    const before = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(instance.db);
+    const r = await locks.withSessionLock(key(), async (_session, ctx) => {
+      // Another session lock, taken behind lockkit's back: only closing the connection frees it.
+      await ctx.query(`SELECT pg_advisory_lock(${o1}, ${o2})`);
+      const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+      return Number(row?.pid);
+    });
+    // At once, from outside: the closed session's backend has exited, its lock with it.
+    const held = await observer.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks
+        WHERE locktype = 'advisory' AND classid = $1::int8::oid AND objid = $2::int8::oid`,
+      [other.pgLocks.classid, other.pgLocks.objid],
+    );
+    expect(held.rows[0]?.n).toBe(0);
+    expect(r.executed).toBe(true);
+    if (!r.executed) return;
+    // A pool of one: the session ran on the pool's only connection, which was then replaced.
+    const after = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(instance.db);
+    expect(r.result).toBe(before.rows[0]?.pid);
+    expect(after.rows[0]?.pid).not.toBe(r.result);
+  });
+});

@@ -1,0 +1,267 @@
+/**
+ * The TypeORM executor: each operation on its own `QueryRunner` of an initialized `DataSource`
+ * (TypeORM's `postgres` driver, node-postgres under it), so one pooled connection serves the whole
+ * callback and goes back to the pool when it settles.
+ *
+ * Transactions are opened, committed and rolled back through the QueryRunner's own methods, so
+ * TypeORM knows it is inside one: a nested `manager.transaction()` in the task becomes a
+ * savepoint, the DataSource's `isolationLevel` applies, and transaction subscribers fire. Core's
+ * statements go straight to the node-postgres connection the QueryRunner pinned (its `connect()`
+ * hands it out): TypeORM wraps driver errors and keeps only one result of a multi-statement
+ * query, and core reads the driver's own errors.
+ */
+import {
+  type LockExecutor,
+  LockkitError,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+  type TransactionContext,
+} from '@lockkit/core';
+import {
+  ConnectionFate,
+  FateTransactionContext,
+  isConnectionLoss,
+  NestedCallGuard,
+  type PgEventSourceLike,
+  sendCancelRequest,
+  slotOf,
+} from '@lockkit/core/adapter';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+
+/** Options of {@link typeormExecutor}. */
+export interface TypeOrmExecutorOptions {
+  /** Name reported in errors; default `'typeorm'`. */
+  readonly name?: string;
+  /**
+   * Declare that the DataSource reaches Postgres through a transaction-pooling proxy (PgBouncer
+   * in transaction mode, Supavisor, RDS Proxy, pgcat): session scope is then refused before any
+   * SQL. lockkit also detects PgBouncer on its own, but declaring is certain.
+   */
+  readonly transactionPooler?: boolean;
+}
+
+/** The part of a node-postgres connection (what the QueryRunner pinned) this executor uses. */
+interface PgConnectionLike extends PgEventSourceLike {
+  readonly processID?: number | null;
+  readonly secretKey?: number | null;
+  readonly host?: string;
+  readonly port?: number;
+  getTransactionStatus?(): string | null;
+  query(text: string, values?: unknown[]): Promise<{ rows: Row[] } | { rows: Row[] }[]>;
+  end(): Promise<void>;
+}
+
+function isPgConnection(value: unknown): value is PgConnectionLike {
+  const c = value as Partial<PgConnectionLike> | null;
+  return (
+    typeof c === 'object' &&
+    c !== null &&
+    typeof c.query === 'function' &&
+    typeof c.on === 'function' &&
+    typeof c.end === 'function'
+  );
+}
+
+/** The protocol cancel of what `connection` runs; a no-op without its BackendKeyData. */
+function protocolCancel(connection: PgConnectionLike): Promise<void> {
+  const { processID, secretKey, host, port } = connection;
+  if (typeof processID !== 'number' || typeof secretKey !== 'number') return Promise.resolve();
+  if (typeof host !== 'string' || typeof port !== 'number') return Promise.resolve();
+  return sendCancelRequest({ host, port, pid: processID, secretKey });
+}
+
+/** One checked-out connection: the QueryRunner that pinned it, and what lockkit knows of it. */
+interface Lease {
+  readonly runner: QueryRunner;
+  readonly connection: PgConnectionLike;
+  readonly fate: ConnectionFate;
+  readonly query: QueryFn;
+  /** Gives the connection back: to the pool, or — `drop` — closed, so the pool discards it. */
+  readonly done: (drop: boolean) => Promise<void>;
+}
+
+/**
+ * A {@link LockExecutor} over a TypeORM `DataSource` of type `postgres`, initialized before the
+ * first lockkit call (each call checks).
+ *
+ * Capabilities: transaction (tasks receive the transaction's `EntityManager`) and session (a
+ * `QueryRunner` pinned to one connection). No pipelining: TypeORM keeps its transaction state in
+ * the QueryRunner, which only its own `startTransaction()` sets, so BEGIN travels alone.
+ *
+ * @example
+ * ```ts
+ * import { DataSource } from 'typeorm';
+ * import { createLockClient } from '@lockkit/core';
+ * import { typeormExecutor } from '@lockkit/typeorm';
+ * const dataSource = await new DataSource({ type: 'postgres', url: process.env.DATABASE_URL as string }).initialize();
+ * const locks = createLockClient(typeormExecutor(dataSource));
+ * ```
+ */
+export function typeormExecutor(
+  dataSource: DataSource,
+  options: TypeOrmExecutorOptions = {},
+): LockExecutor<EntityManager, QueryRunner> {
+  const name = options.name ?? 'typeorm';
+  if (dataSource.options.type !== 'postgres') {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `The ${name} executor needs a DataSource of type 'postgres' (node-postgres), not '${String(dataSource.options.type)}'.`,
+    );
+  }
+  // TypeORM gives node-postgres `max: poolSize`, then `extra` over it. A pool of one: a wait can
+  // only be cancelled with the protocol's own request (core otherwise cancels from another pooled
+  // connection), and a lockkit call from inside a task could never get the connection.
+  const { poolSize, extra } = dataSource.options as {
+    poolSize?: unknown;
+    extra?: { max?: unknown };
+  };
+  const alone = (extra?.max ?? poolSize) === 1;
+  const nested = new NestedCallGuard(name, alone, dataSource);
+
+  async function lease(): Promise<Lease> {
+    nested.check();
+    if (!dataSource.isInitialized) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `The ${name} executor's DataSource is not initialized (or was destroyed): await dataSource.initialize() first.`,
+      );
+    }
+    const runner = dataSource.createQueryRunner('master');
+    let connection: unknown;
+    try {
+      connection = await runner.connect();
+    } catch (error) {
+      await runner.release();
+      throw error;
+    }
+    if (!isPgConnection(connection)) {
+      await runner.release();
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `The ${name} executor's DataSource did not hand out a node-postgres connection.`,
+      );
+    }
+    const pinned = connection;
+    const fate = new ConnectionFate();
+    // lockkit's 'error'/'end' listeners stay on the connection for its life (TypeORM's own
+    // 'error' listener hands a broken connection back to the pool as broken).
+    const slot = slotOf(pinned);
+    slot.current = fate;
+    const query: QueryFn = async (text, params) => {
+      if (fate.aborted) throw fate.reason;
+      try {
+        const result = await pinned.query(text, params === undefined ? undefined : [...params]);
+        return (Array.isArray(result) ? result.at(-1)?.rows : result.rows) ?? [];
+      } catch (error) {
+        if (isConnectionLoss(error)) fate.abort(error);
+        throw error;
+      }
+    };
+    return {
+      runner,
+      connection: pinned,
+      fate,
+      query,
+      done: async (drop) => {
+        if (slot.current === fate) slot.current = undefined;
+        // Closed before it goes back, so the pool removes it instead of lending it again; and
+        // closed in full before the caller hears back, so its session state (a lock it took on
+        // the side, say) is gone by then.
+        if (drop && !fate.aborted && !runner.isReleased) await pinned.end().catch(() => {});
+        await runner.release();
+      },
+    };
+  }
+
+  /** TypeORM's own transaction step; a dead connection turns into the reason it died. */
+  async function step(l: Lease, run: () => Promise<void>): Promise<void> {
+    try {
+      await run();
+    } catch (error) {
+      if (isConnectionLoss(error)) l.fate.abort(error);
+      // After a loss TypeORM has released the runner and reports only that: say why.
+      throw l.fate.aborted && !isConnectionLoss(error) ? l.fate.reason : error;
+    }
+  }
+
+  async function transaction<T>(
+    fn: (ctx: TransactionContext<EntityManager>) => Promise<T>,
+  ): Promise<T> {
+    const l = await lease();
+    let drop = false;
+    let open = false;
+    try {
+      await step(l, () => l.runner.startTransaction());
+      open = true;
+      const ctx = new FateTransactionContext(l.query, l.runner.manager, l.fate);
+      if (alone) {
+        ctx.interrupt = () => {
+          // The cancel may arrive late: this connection never serves anyone else.
+          drop = true;
+          return protocolCancel(l.connection);
+        };
+      }
+      const result = await nested.run(() => fn(ctx));
+      await step(l, () => l.runner.commitTransaction());
+      open = false;
+      return result;
+    } catch (error) {
+      // The task may have ended the transaction through TypeORM itself.
+      if (open && !l.fate.aborted && l.runner.isTransactionActive) {
+        try {
+          await l.runner.rollbackTransaction();
+        } catch {
+          drop = true;
+        }
+      }
+      throw error;
+    } finally {
+      await l.done(drop);
+    }
+  }
+
+  async function session<T>(fn: (ctx: SessionContext<QueryRunner>) => Promise<T>): Promise<T> {
+    const l = await lease();
+    let drop = false;
+    try {
+      const { connection, fate } = l;
+      return await nested.run(() =>
+        fn({
+          query: l.query,
+          session: l.runner,
+          get signal() {
+            return fate.signal;
+          },
+          backendPid: connection.processID ?? undefined,
+          ...(typeof connection.getTransactionStatus === 'function' && {
+            inTransaction: () => {
+              const status = connection.getTransactionStatus?.();
+              return status === 'T' || status === 'E';
+            },
+          }),
+          ...(alone && {
+            interrupt: () => {
+              drop = true;
+              return protocolCancel(connection);
+            },
+          }),
+          // Closing one pooled connection costs the pool nothing: the next user gets a fresh one.
+          discard: () => {
+            drop = true;
+          },
+        }),
+      );
+    } finally {
+      await l.done(drop);
+    }
+  }
+
+  return Object.freeze({
+    name,
+    transactionPooler: options.transactionPooler === true,
+    singleConnection: alone,
+    transaction,
+    session,
+  });
+}
