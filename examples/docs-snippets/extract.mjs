@@ -22,6 +22,7 @@ const READMES = [
   'packages/drizzle/README.md',
   'packages/kysely/README.md',
   'packages/typeorm/README.md',
+  'packages/knex/README.md',
   'packages/otel/README.md',
   'packages/prometheus/README.md',
 ];

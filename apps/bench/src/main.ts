@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKnexLockKit } from '@lockkit/knex';
 import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
@@ -25,6 +26,7 @@ import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import { Redis } from 'ioredis';
+import knex from 'knex';
 import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
@@ -139,6 +141,11 @@ const ROWS: Record<string, { readonly path: string; readonly kind: 'run' | 'skip
     path: '@lockkit/drizzle (postgres.js)',
     kind: 'run',
   },
+  'knex transaction reference (try-lock, no lockkit)': {
+    path: 'knex transaction',
+    kind: 'run',
+  },
+  '@lockkit/knex runExclusiveJob, run decision': { path: '@lockkit/knex', kind: 'run' },
   'prisma $transaction reference (try-lock, no lockkit)': {
     path: 'prisma $transaction',
     kind: 'run',
@@ -278,6 +285,9 @@ async function main(): Promise<void> {
         dialect: new PostgresDialect({ pool }),
       });
       const kyselyPgLocks = createKyselyLockKit(kyselyPg, { pool });
+      // Knex over the same pg.Pool (connectionPool, Knex 3.3): no more connections for its rows.
+      const knexDb = knex({ client: 'pg', connectionPool: pool });
+      const knexLocks = createKnexLockKit(knexDb);
       const boss = await startPgBossPeer(url, clients);
       // Every client has its own job, so each decision is a run; the skip scenario uses jobs that
       // a separate connection holds for the whole scenario.
@@ -465,6 +475,20 @@ async function main(): Promise<void> {
             kyselyPgLocks.runExclusiveJob(namespace, `kpg-${runJobs[client]}`, async () => {}),
         },
         {
+          name: 'knex transaction reference (try-lock, no lockkit)',
+          operation: (client) => {
+            const [k1, k2] = referenceKeys[client] as [number, number];
+            return knexDb.transaction((trx) =>
+              trx.raw('SELECT pg_try_advisory_xact_lock(?::int4, ?::int4)', [k1, k2]),
+            );
+          },
+        },
+        {
+          name: '@lockkit/knex runExclusiveJob, run decision',
+          operation: (client) =>
+            knexLocks.runExclusiveJob(namespace, `knex-${runJobs[client]}`, async () => {}),
+        },
+        {
           name: 'pg-boss 10 singleton job cycle (send, fetch, complete)',
           operation: (client) => boss.cycle(client),
         },
@@ -506,6 +530,7 @@ async function main(): Promise<void> {
       await prismaPool.end();
       await typeorm.destroy();
       await boss.close();
+      await knexDb.destroy();
       pinning?.restore();
       pinning = undefined;
       const results = scenarios.map((s) => ({ name: s.name, m: median(runs.get(s.name) ?? []) }));

@@ -11,6 +11,7 @@ import { createRequire } from 'node:module';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { generateLockKeys } from '@lockkit/core';
 import { createLockKit as createDrizzleLockKit } from '@lockkit/drizzle';
+import { createLockKit as createKnexLockKit } from '@lockkit/knex';
 import { createLockKit as createKyselyLockKit } from '@lockkit/kysely';
 import { createLockKit } from '@lockkit/pg';
 import { createLockKit as createPostgresLockKit } from '@lockkit/postgres';
@@ -19,6 +20,7 @@ import { createLockKit as createTypeOrmLockKit } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import knex from 'knex';
 import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
@@ -60,6 +62,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
     url: proxy.url,
     poolSize: 1,
   }).initialize();
+  const knexDb = knex({ client: 'pg', connectionPool: pool });
   const results = new Map<string, RoundTrips>();
   try {
     const keys = (job: string) => generateLockKeys(namespace, job);
@@ -122,6 +125,13 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
         manager.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [k1, k2]),
       );
     };
+    const knexKit = createKnexLockKit(knexDb);
+    const knexReference: Decide = (job) => {
+      const [k1, k2] = keys(job);
+      return knexDb.transaction((trx) =>
+        trx.raw('SELECT pg_try_advisory_xact_lock(?::int4, ?::int4)', [k1, k2]),
+      );
+    };
     const paths: [string, Decide][] = [
       ['seed reference', reference],
       ['hand-written 2-trip', handWritten],
@@ -136,6 +146,8 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
       ['typeorm transaction', typeormReference],
       ['@lockkit/kysely (node-postgres)', (job) => ky.runExclusiveJob(namespace, job, task)],
       ['kysely (node-postgres) transaction', kyselyReference],
+      ['@lockkit/knex', (job) => knexKit.runExclusiveJob(namespace, job, task)],
+      ['knex transaction', knexReference],
     ];
     const [h1, h2] = keys('held');
     await holder.query('SELECT pg_advisory_lock($1::int4, $2::int4)', [h1, h2]);
@@ -180,6 +192,7 @@ export async function countRoundTrips(url: string): Promise<Map<string, RoundTri
   } finally {
     await boss.close();
     await typeorm.destroy();
+    await knexDb.destroy();
     await prisma.$disconnect();
     await prismaPool.end();
     await pool.end();

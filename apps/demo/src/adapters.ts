@@ -10,6 +10,7 @@ import {
   type TransactionContext,
 } from '@lockkit/core';
 import { createLockKit as drizzleKit } from '@lockkit/drizzle';
+import { createLockKit as knexKit } from '@lockkit/knex';
 import { createLockKit as kyselyKit } from '@lockkit/kysely';
 import { createLockKit as pgKit } from '@lockkit/pg';
 import { createLockKit as postgresKit } from '@lockkit/postgres';
@@ -17,13 +18,22 @@ import { createLockKit as prismaKit } from '@lockkit/prisma';
 import { typeormExecutor } from '@lockkit/typeorm';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import knex from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { DataSource, type EntityManager, type QueryRunner } from 'typeorm';
 
 /** The adapters the demo can run on. */
-export const ADAPTERS = ['pg', 'postgres', 'prisma', 'drizzle', 'typeorm', 'kysely'] as const;
+export const ADAPTERS = [
+  'pg',
+  'postgres',
+  'prisma',
+  'drizzle',
+  'typeorm',
+  'kysely',
+  'knex',
+] as const;
 /** One of {@link ADAPTERS}. */
 export type AdapterName = (typeof ADAPTERS)[number];
 
@@ -64,6 +74,13 @@ export function connect(
       const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool }) });
       return {
         locks: kyselyKit(db, { pool, schema }) as unknown as LockClient<unknown, unknown>,
+        close: () => db.destroy(),
+      };
+    }
+    case 'knex': {
+      const db = knex({ client: 'pg', connection: url, pool: { min: 0, max: poolSize } });
+      return {
+        locks: knexKit(db, { schema }) as LockClient<unknown, unknown>,
         close: () => db.destroy(),
       };
     }

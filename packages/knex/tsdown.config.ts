@@ -1,0 +1,2 @@
+import { lockkitBuild } from '@lockkit/build-config';
+export default lockkitBuild();

@@ -1,0 +1,2 @@
+import { lockkitTestConfig } from '@lockkit/test-db/vitest-config';
+export default lockkitTestConfig({}, { pgbouncer: true });
