@@ -313,7 +313,13 @@ describe('the TypeORM executor when work committed and something after it failed
         throw new Error('afterTransactionCommit subscriber failed');
       },
     });
-    const locks = createLockKit(ds, { engineSelfTest: false });
+    const outcomes: string[] = [];
+    const locks = createLockKit(ds, {
+      engineSelfTest: false,
+      onEvent: (event) => {
+        if (event.type === 'lock-released') outcomes.push(event.outcome);
+      },
+    });
     const what = tag('committed-write');
     const error = await locks
       .runExclusiveJob('typeorm-hygiene', tag('after-commit'), async (manager) => {
@@ -327,6 +333,7 @@ describe('the TypeORM executor when work committed and something after it failed
       'afterTransactionCommit subscriber failed',
     );
     expect(await committed(what)).toBe(1);
+    expect(outcomes).toEqual(['committed']);
     await expectPoolClean(ds);
   });
 });
