@@ -187,13 +187,13 @@ describe('the TypeORM executor never hands back a connection inside a transactio
     expect(String((error as Error).message)).toMatch(/inside a transaction/);
     expect(await committed(stray)).toBe(0);
     // The pool replaced the closed connection.
-    expect(
-      await locks.runExclusiveJob('typeorm-hygiene', tag('after'), async () => 'ran'),
-    ).toEqual({ executed: true, result: 'ran' });
+    expect(await locks.runExclusiveJob('typeorm-hygiene', tag('after'), async () => 'ran')).toEqual(
+      { executed: true, result: 'ran' },
+    );
     await expectPoolClean(ds);
   });
 
-  it("dataSource.destroy() during a job: the job's connection is closed, never handed to a queued caller of the same job", async () => {
+  it("dataSource.destroy() during a job: the job's connection is closed (its task told), never handed to a queued caller of the same job", async () => {
     const ds = await dataSource(1);
     const locks = createLockKit(ds, { engineSelfTest: false });
     const job = tag('destroy');
@@ -202,10 +202,13 @@ describe('the TypeORM executor never hands back a connection inside a transactio
     const aWrote = gate();
     const aGo = gate();
     let aInside = false;
+    let aSignal: AbortSignal | undefined;
+    // B inside the job while A is inside too, and A not told that its lock is gone.
     let overlap = false;
     const a = locks
-      .runExclusiveJob('typeorm-hygiene', job, async (manager) => {
+      .runExclusiveJob('typeorm-hygiene', job, async (manager, ctx) => {
         aInside = true;
+        aSignal = ctx.signal;
         await manager.query(`INSERT INTO ${table} VALUES ($1)`, [partial]);
         aWrote.open();
         await aGo.opened;
@@ -216,7 +219,7 @@ describe('the TypeORM executor never hands back a connection inside a transactio
     await aWrote.opened;
     const b = locks
       .runExclusiveJob('typeorm-hygiene', job, async (manager) => {
-        overlap = aInside;
+        overlap = aInside && aSignal?.aborted !== true;
         await manager.query(`INSERT INTO ${table} VALUES ($1)`, [bWrite]);
         return 'b';
       })
@@ -233,7 +236,7 @@ describe('the TypeORM executor never hands back a connection inside a transactio
 });
 
 describe('the TypeORM executor when the task releases what lockkit holds', () => {
-  it("transaction scope, manager.queryRunner.release(): the transaction dies with its connection, the call rejects, the lock does not linger in the pool", async () => {
+  it('transaction scope, manager.queryRunner.release(): the transaction dies with its connection, the call rejects, the lock does not linger in the pool', async () => {
     const ds = await dataSource(2);
     const locks = createLockKit(ds, { engineSelfTest: false });
     const k = key('tx-release');
