@@ -116,6 +116,28 @@ describe('the TypeORM executor never hands back a connection inside a transactio
     await expectPoolClean(ds);
   });
 
+  it('rolls back when a beforeTransactionCommit subscriber throws: nothing commits', async () => {
+    const ds = await dataSource(1);
+    let armed = true;
+    ds.subscribers.push({
+      beforeTransactionCommit() {
+        if (!armed) return;
+        armed = false;
+        throw new Error('subscriber failed');
+      },
+    });
+    const locks = createLockKit(ds, { engineSelfTest: false });
+    const what = tag('before-commit');
+    const error = await locks
+      .runExclusiveJob('typeorm-hygiene', tag('before-commit'), async (manager) => {
+        await manager.query(`INSERT INTO ${table} VALUES ($1)`, [what]);
+      })
+      .catch((e: unknown) => e);
+    expect((error as Error).message).toBe('subscriber failed');
+    expect(await committed(what)).toBe(0);
+    await expectPoolClean(ds);
+  });
+
   it('refuses to report success when the task leaves a TypeORM transaction level open: nothing commits, the lock is released', async () => {
     const ds = await dataSource(1);
     const locks = createLockKit(ds, { engineSelfTest: false });
