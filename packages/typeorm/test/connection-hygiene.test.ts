@@ -93,17 +93,26 @@ async function until(ready: () => boolean): Promise<void> {
 
 const codeOf = (error: unknown) => (isLockkitError(error) ? error.code : String(error));
 
+/** A transaction subscriber on `ds` whose `hook` throws `message` the first time it runs. */
+function throwOnce(
+  ds: DataSource,
+  hook: 'afterTransactionStart' | 'beforeTransactionCommit' | 'afterTransactionCommit',
+  message: string,
+): void {
+  let armed = true;
+  ds.subscribers.push({
+    [hook]: () => {
+      if (!armed) return;
+      armed = false;
+      throw new Error(message);
+    },
+  });
+}
+
 describe('the TypeORM executor never hands back a connection inside a transaction', () => {
   it('rolls back when an afterTransactionStart subscriber throws (START TRANSACTION was already sent)', async () => {
     const ds = await dataSource(1);
-    let armed = true;
-    ds.subscribers.push({
-      afterTransactionStart() {
-        if (!armed) return;
-        armed = false;
-        throw new Error('subscriber failed');
-      },
-    });
+    throwOnce(ds, 'afterTransactionStart', 'subscriber failed');
     const locks = createLockKit(ds, { engineSelfTest: false });
     let ran = false;
     const error = await locks
@@ -118,14 +127,7 @@ describe('the TypeORM executor never hands back a connection inside a transactio
 
   it('rolls back when a beforeTransactionCommit subscriber throws: nothing commits', async () => {
     const ds = await dataSource(1);
-    let armed = true;
-    ds.subscribers.push({
-      beforeTransactionCommit() {
-        if (!armed) return;
-        armed = false;
-        throw new Error('subscriber failed');
-      },
-    });
+    throwOnce(ds, 'beforeTransactionCommit', 'subscriber failed');
     const locks = createLockKit(ds, { engineSelfTest: false });
     const what = tag('before-commit');
     const error = await locks
@@ -330,14 +332,7 @@ describe('the TypeORM executor when the task releases what lockkit holds', () =>
 describe('the TypeORM executor when work committed and something after it failed', () => {
   it('an afterTransactionCommit subscriber that throws: the call rejects AFTER_COMMIT_FAILED, saying the work committed', async () => {
     const ds = await dataSource(1);
-    let armed = true;
-    ds.subscribers.push({
-      afterTransactionCommit() {
-        if (!armed) return;
-        armed = false;
-        throw new Error('afterTransactionCommit subscriber failed');
-      },
-    });
+    throwOnce(ds, 'afterTransactionCommit', 'afterTransactionCommit subscriber failed');
     const outcomes: string[] = [];
     const locks = createLockKit(ds, {
       engineSelfTest: false,
