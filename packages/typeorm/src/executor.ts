@@ -20,6 +20,7 @@ import {
   AfterCommitError,
   CommitRolledBackError,
   ConnectionLostError,
+  isLockkitError,
   type LockExecutor,
   LockkitError,
   type QueryFn,
@@ -35,6 +36,7 @@ import {
   type PgEventSourceLike,
   sendCancelRequest,
   slotOf,
+  TaskFailure,
 } from '@lockkit/core/adapter';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 
@@ -242,8 +244,11 @@ export function typeormExecutor(
       await run();
     } catch (error) {
       if (isConnectionLoss(error)) l.fate.abort(error);
-      // After a loss TypeORM has released the runner and reports only that: say why.
-      throw l.fate.aborted && !isConnectionLoss(error) ? l.fate.reason : error;
+      // After a loss TypeORM has released the runner and reports only that: say why — with a
+      // driver error, so that core can tell a COMMIT whose outcome is unknown (lockkit's own
+      // report of a release from under it is given by the caller, before COMMIT only).
+      const reason = l.fate.reason;
+      throw l.fate.aborted && !isConnectionLoss(error) && !isLockkitError(reason) ? reason : error;
     }
   }
 
@@ -266,6 +271,7 @@ export function typeormExecutor(
   ): Promise<T> {
     const l = await lease();
     let drop = false;
+    let committing = false;
     try {
       // TypeORM has sent START TRANSACTION before its afterTransactionStart subscribers run: a
       // throw from one still leaves a transaction to roll back (below).
@@ -279,6 +285,7 @@ export function typeormExecutor(
         };
       }
       const result = await nested.run(() => fn(ctx));
+      committing = true;
       try {
         await step(l, () => l.runner.commitTransaction());
       } catch (error) {
@@ -296,6 +303,7 @@ export function typeormExecutor(
         }
         throw error;
       }
+      committing = false;
       // A TypeORM level the task opened and left open (startTransaction() without its commit)
       // turns that commit into a savepoint release: nothing has committed yet.
       if (inTransactionBlock(l.connection) ?? l.runner.isTransactionActive) {
@@ -308,6 +316,11 @@ export function typeormExecutor(
       // Whatever says `open`: the task may have ended the transaction through TypeORM itself,
       // or left levels open; a failed rollback closes the connection (done).
       if (!l.fate.aborted && !(await rollBackAll(l))) drop = true;
+      // A release from under lockkit closed the connection: before COMMIT, that is what to say,
+      // also when one of core's own statements failed before the task ran (core then has no
+      // connection to blame). The task's own failure (TaskFailure) core classifies itself.
+      const reason = l.fate.reason;
+      if (!committing && !(error instanceof TaskFailure) && isLockkitError(reason)) throw reason;
       throw error;
     } finally {
       await l.done(drop);

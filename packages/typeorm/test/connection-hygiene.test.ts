@@ -257,6 +257,46 @@ describe('the TypeORM executor never hands back a connection inside a transactio
     expect(codeOf(aOutcome)).toBe('CONNECTION_LOST');
     expect(await committed(partial)).toBe(0);
   });
+  it('dataSource.destroy() with a pool of two, both connections in jobs and a caller queued: every call settles with a lockkit error or a true result', async () => {
+    const ds = await dataSource(2);
+    const locks = createLockKit(ds, { engineSelfTest: false });
+    const job = tag('destroy-pool');
+    const partial = tag('a-partial');
+    const started = [gate(), gate()];
+    const go = gate();
+    const signals: AbortSignal[] = [];
+    const holder = (i: number) =>
+      locks
+        .runExclusiveJob('typeorm-hygiene', i === 0 ? job : tag('filler'), async (manager, ctx) => {
+          signals.push(ctx.signal);
+          if (i === 0) await manager.query(`INSERT INTO ${table} VALUES ($1)`, [partial]);
+          started[i]?.open();
+          await go.opened;
+          return i;
+        })
+        .catch((e: unknown) => e);
+    const holders = [holder(0), holder(1)];
+    await Promise.all(started.map((g) => g.opened));
+    let overlap = false;
+    const b = locks
+      .runExclusiveJob('typeorm-hygiene', job, async () => {
+        overlap = signals.some((signal) => !signal.aborted);
+        return 'b';
+      })
+      .catch((e: unknown) => e);
+    await until(() => poolOf(ds).waitingCount === 1);
+    await ds.destroy();
+    go.open();
+    const outcomes = await Promise.all([...holders, b]);
+    expect(outcomes.slice(0, 2).map(codeOf)).toEqual(['CONNECTION_LOST', 'CONNECTION_LOST']);
+    const last = outcomes[2];
+    // B may be the one destroy() cuts off, before its COMMIT or during it.
+    if (isLockkitError(last))
+      expect(['CONNECTION_LOST', 'COMMIT_OUTCOME_UNKNOWN']).toContain(last.code);
+    else expect(last).toMatchObject({ executed: expect.any(Boolean) });
+    expect(overlap).toBe(false);
+    expect(await committed(partial)).toBe(0);
+  });
 });
 
 describe('the TypeORM executor when the task releases what lockkit holds', () => {
