@@ -86,7 +86,7 @@ function protocolCancel(connection: PgConnectionLike): Promise<void> {
 
 /**
  * Whether `connection` is inside a transaction block, as the server last reported it (`'T'` in one,
- * `'E'` in a failed one); undefined when the driver cannot tell (node-postgres before 8.19).
+ * `'E'` in a failed one); undefined when the driver cannot tell (a node-postgres without `getTransactionStatus()`).
  */
 function inTransactionBlock(connection: PgConnectionLike): boolean | undefined {
   const status = connection.getTransactionStatus?.();
@@ -286,12 +286,14 @@ export function typeormExecutor(
       }
       const result = await nested.run(() => fn(ctx));
       committing = true;
+      const active = l.runner.isTransactionActive;
       try {
         await step(l, () => l.runner.commitTransaction());
       } catch (error) {
         // TypeORM marks the transaction inactive only once COMMIT has succeeded: what failed
         // came after it (an afterTransactionCommit subscriber), and the work is committed.
         if (
+          active &&
           !l.fate.aborted &&
           !l.runner.isTransactionActive &&
           inTransactionBlock(l.connection) !== true
