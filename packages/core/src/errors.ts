@@ -36,6 +36,7 @@ export type LockkitErrorCode =
   | 'TRANSACTION_EXPIRED'
   | 'COMMIT_ROLLED_BACK'
   | 'COMMIT_OUTCOME_UNKNOWN'
+  | 'AFTER_COMMIT_FAILED'
   | 'CALLER_TRANSACTION_OPEN'
   | 'NESTED_CALL'
   | 'ABORTED'
@@ -269,6 +270,27 @@ export class CommitOutcomeUnknownError extends LockkitError {
   constructor(message: string, options: LockkitErrorOptions = {}) {
     super('COMMIT_OUTCOME_UNKNOWN', message, options);
     this.name = 'CommitOutcomeUnknownError';
+  }
+}
+
+/**
+ * The transaction committed — the task's writes are kept and the lock is released — and then
+ * something the driver runs after COMMIT failed (a TypeORM `afterTransactionCommit` subscriber,
+ * say). The run succeeded as far as the database is concerned: do not run the task again for it.
+ * `cause` holds the failure.
+ *
+ * @example
+ * ```ts
+ * try { await locks.runExclusiveJob('billing', 'nightly', task); }
+ * catch (err) { if (isLockkitError(err) && err.code === 'AFTER_COMMIT_FAILED') report(err.cause); else throw err; }
+ * ```
+ */
+export class AfterCommitError extends LockkitError {
+  declare readonly code: 'AFTER_COMMIT_FAILED';
+
+  constructor(message: string, options: LockkitErrorOptions = {}) {
+    super('AFTER_COMMIT_FAILED', message, options);
+    this.name = 'AfterCommitError';
   }
 }
 

@@ -4,7 +4,12 @@
  *
  * @packageDocumentation
  */
-import { ConnectionLostError, LockTimeoutError, TransactionExpiredError } from './errors.js';
+import {
+  AfterCommitError,
+  ConnectionLostError,
+  LockTimeoutError,
+  TransactionExpiredError,
+} from './errors.js';
 import type { LockKey } from './keys.js';
 import type { LockMode, LockScope } from './sql/locks.js';
 
@@ -31,7 +36,7 @@ export type LockkitEvent =
   | (LockEventBase & {
       readonly type: 'lock-released';
       readonly heldMs: number;
-      /** committed: the task succeeded; rolled-back: it threw; lost: the connection or transaction died under it. */
+      /** committed: the task succeeded (also when something after COMMIT failed: `AFTER_COMMIT_FAILED`); rolled-back: it threw; lost: the connection or transaction died under it. */
       readonly outcome: 'committed' | 'rolled-back' | 'lost';
     })
   | {
@@ -124,7 +129,12 @@ export function track(
         ...base,
         type: 'lock-released',
         heldMs: performance.now() - acquiredAt,
-        outcome: error === undefined ? 'committed' : lost ? 'lost' : 'rolled-back',
+        outcome:
+          error === undefined || error instanceof AfterCommitError
+            ? 'committed'
+            : lost
+              ? 'lost'
+              : 'rolled-back',
       });
     },
   };

@@ -8,6 +8,7 @@ export {
 export { type DoctorCheck, type DoctorOptions, doctor } from './doctor.js';
 export type { EngineSelfTestResult } from './engine-self-test.js';
 export {
+  AfterCommitError,
   CommitOutcomeUnknownError,
   CommitRolledBackError,
   ConnectionLostError,

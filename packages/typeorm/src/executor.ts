@@ -9,8 +9,18 @@
  * statements go straight to the node-postgres connection the QueryRunner pinned (its `connect()`
  * hands it out): TypeORM wraps driver errors and keeps only one result of a multi-statement
  * query, and core reads the driver's own errors.
+ *
+ * A connection goes back to the pool only outside any transaction: node-postgres's transaction
+ * status is read before it goes, and one still inside a transaction (a TypeORM level the task
+ * left open, a subscriber that threw after START TRANSACTION) is closed instead. A release of
+ * what lockkit holds — by the task, or by `dataSource.destroy()` — closes the connection first,
+ * so its transaction and locks end with it and no other caller inherits them.
  */
 import {
+  AfterCommitError,
+  CommitRolledBackError,
+  ConnectionLostError,
+  isLockkitError,
   type LockExecutor,
   LockkitError,
   type QueryFn,
@@ -26,6 +36,7 @@ import {
   type PgEventSourceLike,
   sendCancelRequest,
   slotOf,
+  TaskFailure,
 } from '@lockkit/core/adapter';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 
@@ -48,6 +59,8 @@ interface PgConnectionLike extends PgEventSourceLike {
   readonly host?: string;
   readonly port?: number;
   getTransactionStatus?(): string | null;
+  /** node-postgres's pool puts its own `release` on each client it lends. */
+  release?: (error?: Error | boolean) => void;
   query(text: string, values?: unknown[]): Promise<{ rows: Row[] } | { rows: Row[] }[]>;
   end(): Promise<void>;
 }
@@ -69,6 +82,15 @@ function protocolCancel(connection: PgConnectionLike): Promise<void> {
   if (typeof processID !== 'number' || typeof secretKey !== 'number') return Promise.resolve();
   if (typeof host !== 'string' || typeof port !== 'number') return Promise.resolve();
   return sendCancelRequest({ host, port, pid: processID, secretKey });
+}
+
+/**
+ * Whether `connection` is inside a transaction block, as the server last reported it (`'T'` in one,
+ * `'E'` in a failed one); undefined when the driver cannot tell (a node-postgres without `getTransactionStatus()`).
+ */
+function inTransactionBlock(connection: PgConnectionLike): boolean | undefined {
+  const status = connection.getTransactionStatus?.();
+  return typeof status === 'string' ? status !== 'I' : undefined;
 }
 
 /** One checked-out connection: the QueryRunner that pinned it, and what lockkit knows of it. */
@@ -143,11 +165,47 @@ export function typeormExecutor(
       );
     }
     const pinned = connection;
+    if (inTransactionBlock(pinned) === true) {
+      // Someone else's transaction (a QueryRunner released without COMMIT or ROLLBACK): closing
+      // the connection rolls it back, and the pool discards it.
+      await pinned.end().catch(() => {});
+      await runner.release();
+      throw new ConnectionLostError(
+        `The ${name} executor's DataSource handed out a connection still inside a transaction (a QueryRunner was released without COMMIT or ROLLBACK): lockkit closed it, which rolled that transaction back, and ran nothing. Retrying gets a fresh connection.`,
+      );
+    }
     const fate = new ConnectionFate();
     // lockkit's 'error'/'end' listeners stay on the connection for its life (TypeORM's own
     // 'error' listener hands a broken connection back to the pool as broken).
     const slot = slotOf(pinned);
     slot.current = fate;
+    // While lockkit holds the connection, releasing it — QueryRunner.release() from the task, or
+    // from dataSource.destroy(), or the pg client's own release() — would hand it to the next
+    // pool user mid-transaction, holding this call's lock. It is closed instead: the
+    // transaction rolls back, the locks go, and this call settles CONNECTION_LOST.
+    let held = true;
+    const disown = (how: string): Promise<void> => {
+      if (!held) return Promise.resolve();
+      held = false;
+      fate.abort(
+        new ConnectionLostError(
+          `The connection lockkit held was released from under it (${how}): lockkit closed it, so its transaction rolled back and its locks are gone. Leave releasing to lockkit; dataSource.destroy() waits for no running call.`,
+        ),
+      );
+      return pinned.end().catch(() => {});
+    };
+    const runnerRelease = runner.release.bind(runner);
+    runner.release = async () => {
+      await disown('QueryRunner.release(), by the task or by dataSource.destroy()');
+      await runnerRelease();
+    };
+    const poolRelease = pinned.release;
+    if (poolRelease !== undefined) {
+      pinned.release = () => {
+        // The pool's own release stays TypeORM's to call, once, when lockkit gives the runner back.
+        void disown("the pg client's release()");
+      };
+    }
     const query: QueryFn = async (text, params) => {
       if (fate.aborted) throw fate.reason;
       try {
@@ -165,11 +223,17 @@ export function typeormExecutor(
       query,
       done: async (drop) => {
         if (slot.current === fate) slot.current = undefined;
+        const ours = held;
+        held = false;
+        if (poolRelease !== undefined) pinned.release = poolRelease;
+        // Never back to the pool inside a transaction: the next user's autocommit writes would
+        // land in it, uncommitted, beside this call's locks.
+        const dirty = inTransactionBlock(pinned) ?? runner.isTransactionActive;
         // Closed before it goes back, so the pool removes it instead of lending it again; and
         // closed in full before the caller hears back, so its session state (a lock it took on
         // the side, say) is gone by then.
-        if (drop && !fate.aborted && !runner.isReleased) await pinned.end().catch(() => {});
-        await runner.release();
+        if ((drop || dirty) && ours && !fate.aborted) await pinned.end().catch(() => {});
+        await runnerRelease();
       },
     };
   }
@@ -180,8 +244,25 @@ export function typeormExecutor(
       await run();
     } catch (error) {
       if (isConnectionLoss(error)) l.fate.abort(error);
-      // After a loss TypeORM has released the runner and reports only that: say why.
-      throw l.fate.aborted && !isConnectionLoss(error) ? l.fate.reason : error;
+      // After a loss TypeORM has released the runner and reports only that: say why — with a
+      // driver error, so that core can tell a COMMIT whose outcome is unknown (lockkit's own
+      // report of a release from under it is given by the caller, before COMMIT only).
+      const reason = l.fate.reason;
+      throw l.fate.aborted && !isConnectionLoss(error) && !isLockkitError(reason) ? reason : error;
+    }
+  }
+
+  /**
+   * Ends every TypeORM transaction level still open on the lease (the task may have left some),
+   * through TypeORM, so its rollback subscribers fire. False when that failed: the connection
+   * must then be closed.
+   */
+  async function rollBackAll(l: Lease): Promise<boolean> {
+    try {
+      while (l.runner.isTransactionActive) await l.runner.rollbackTransaction();
+      return true;
+    } catch {
+      return false;
     }
   }
 
@@ -190,10 +271,11 @@ export function typeormExecutor(
   ): Promise<T> {
     const l = await lease();
     let drop = false;
-    let open = false;
+    let committing = false;
     try {
+      // TypeORM has sent START TRANSACTION before its afterTransactionStart subscribers run: a
+      // throw from one still leaves a transaction to roll back (below).
       await step(l, () => l.runner.startTransaction());
-      open = true;
       const ctx = new FateTransactionContext(l.query, l.runner.manager, l.fate);
       if (alone) {
         ctx.interrupt = () => {
@@ -203,18 +285,44 @@ export function typeormExecutor(
         };
       }
       const result = await nested.run(() => fn(ctx));
-      await step(l, () => l.runner.commitTransaction());
-      open = false;
+      committing = true;
+      const active = l.runner.isTransactionActive;
+      try {
+        await step(l, () => l.runner.commitTransaction());
+      } catch (error) {
+        // TypeORM marks the transaction inactive only once COMMIT has succeeded: what failed
+        // came after it (an afterTransactionCommit subscriber), and the work is committed.
+        if (
+          active &&
+          !l.fate.aborted &&
+          !l.runner.isTransactionActive &&
+          inTransactionBlock(l.connection) !== true
+        ) {
+          throw new AfterCommitError(
+            `The transaction committed (the task's writes are kept, the lock is released), then TypeORM's commit failed after COMMIT (an afterTransactionCommit subscriber threw: it is the cause). Do not run the task again for it.`,
+            { cause: error },
+          );
+        }
+        throw error;
+      }
+      committing = false;
+      // A TypeORM level the task opened and left open (startTransaction() without its commit)
+      // turns that commit into a savepoint release: nothing has committed yet.
+      if (inTransactionBlock(l.connection) ?? l.runner.isTransactionActive) {
+        throw new CommitRolledBackError(
+          `The task left a TypeORM transaction level open (queryRunner.startTransaction() without its commitTransaction() or rollbackTransaction()), so lockkit's commit only closed that level: lockkit rolled the whole transaction back, nothing was written, and the lock is released.`,
+        );
+      }
       return result;
     } catch (error) {
-      // The task may have ended the transaction through TypeORM itself.
-      if (open && !l.fate.aborted && l.runner.isTransactionActive) {
-        try {
-          await l.runner.rollbackTransaction();
-        } catch {
-          drop = true;
-        }
-      }
+      // Whatever says `open`: the task may have ended the transaction through TypeORM itself,
+      // or left levels open; a failed rollback closes the connection (done).
+      if (!l.fate.aborted && !(await rollBackAll(l))) drop = true;
+      // A release from under lockkit closed the connection: before COMMIT, that is what to say,
+      // also when one of core's own statements failed before the task ran (core then has no
+      // connection to blame). The task's own failure (TaskFailure) core classifies itself.
+      const reason = l.fate.reason;
+      if (!committing && !(error instanceof TaskFailure) && isLockkitError(reason)) throw reason;
       throw error;
     } finally {
       await l.done(drop);
