@@ -10,7 +10,6 @@ import {
   createScheduler,
   LockKey,
   LockTimeoutError,
-  SCHEDULER_NAMESPACE,
   type Scheduler,
   type SchedulerEventType,
 } from '@lockkit/core';
@@ -158,11 +157,32 @@ describe('lockkitTelemetry', () => {
       ]),
       sawAll(outage, [['error', 'down']]),
     ]);
-    await plain.withLock(LockKey.fromNames(SCHEDULER_NAMESPACE, 'held'), async () => {
+    // Another node runs an earlier tick of 'held' until released: this node's ticks overlap it.
+    // (A bare hold of the job's lock is not proof of an overlap: the scheduler waits again.)
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = () => {};
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const other = createScheduler(plain, { owner: 'other-node' });
+    other.register('held', '* * * * * *', async () => {
+      started();
+      await released;
+    });
+    const earlier = other.runTick('held', new Date(Math.floor(Date.now() / 1000) * 1000 - 1000));
+    await running;
+    try {
       await scheduler.start();
       await outage.start();
       await sawAll(scheduler, [['skipped-held', 'held']]);
-    });
+    } finally {
+      release();
+      await earlier;
+      await other.stop();
+    }
     await seen;
     await Promise.all([scheduler.stop(), outage.stop()]);
 

@@ -9,7 +9,6 @@ import {
   createScheduler,
   LockKey,
   LockTimeoutError,
-  SCHEDULER_NAMESPACE,
   type Scheduler,
   type SchedulerEventType,
 } from '@lockkit/core';
@@ -111,7 +110,6 @@ describe('lockkitPrometheus', () => {
     // The scheduler: a job that runs, one that fails, one whose lock another node holds, and
     // one whose database is down. Its own lock calls are not observed (no onEvent).
     const scheduler = createScheduler(plain);
-    const held = LockKey.fromNames(SCHEDULER_NAMESPACE, 'held');
     scheduler
       .register('ok', '* * * * * *', async () => {})
       .register('boom', '* * * * * *', async () => {
@@ -130,11 +128,32 @@ describe('lockkitPrometheus', () => {
       ]),
       sawAll(outage, [['error', 'down']]),
     ]);
-    await plain.withLock(held, async () => {
+    // Another node runs an earlier tick of 'held' until released: this node's ticks overlap it.
+    // (A bare hold of the job's lock is not proof of an overlap: the scheduler waits again.)
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = () => {};
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    const other = createScheduler(plain, { owner: 'other-node' });
+    other.register('held', '* * * * * *', async () => {
+      started();
+      await released;
+    });
+    const earlier = other.runTick('held', new Date(Math.floor(Date.now() / 1000) * 1000 - 1000));
+    await running;
+    try {
       await scheduler.start();
       await outage.start();
       await sawAll(scheduler, [['skipped-held', 'held']]);
-    });
+    } finally {
+      release();
+      await earlier;
+      await other.stop();
+    }
     await seen;
     await Promise.all([scheduler.stop(), outage.stop()]);
 
