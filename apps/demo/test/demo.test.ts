@@ -75,7 +75,7 @@ describe('pnpm demo', () => {
     const r = await demo(['--adapter', 'mongodb']);
     expect(r.code).toBe(1);
     expect(r.stderr.trim()).toBe(
-      'lockkit demo failed: --adapter must be one of pg, postgres, prisma, drizzle',
+      'lockkit demo failed: --adapter must be one of pg, postgres, prisma, drizzle, typeorm, kysely, knex',
     );
   });
 });
