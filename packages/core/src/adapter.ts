@@ -25,6 +25,7 @@ export {
 } from './connection-slots.js';
 export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
+export { inTransactionBlock, inTransactionFrom, type ReadyStatusSource } from './ready-status.js';
 export {
   BACKEND_PID,
   checkMilliseconds,

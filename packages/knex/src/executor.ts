@@ -19,6 +19,8 @@ import {
 import {
   ConnectionFate,
   FateTransactionContext,
+  inTransactionBlock,
+  inTransactionFrom,
   isConnectionLoss,
   NestedCallGuard,
   sendCancelRequest,
@@ -212,8 +214,7 @@ export function knexExecutor(
       // ReadyForQuery that gives the new status, so the status read here may be the old one.
       const status = connection.getTransactionStatus?.();
       const open =
-        status === 'T' ||
-        status === 'E' ||
+        inTransactionBlock(status) ||
         (opening.kind === 'after-begin' && view.beginError !== undefined);
       if (!fate.aborted && broken === undefined && open) {
         await connection.query('ROLLBACK').catch((error: unknown) => {
@@ -249,12 +250,7 @@ export function knexExecutor(
               return fate.signal;
             },
             backendPid: connection.processID ?? undefined,
-            ...(typeof connection.getTransactionStatus === 'function' && {
-              inTransaction: () => {
-                const status = connection.getTransactionStatus?.();
-                return status === 'T' || status === 'E';
-              },
-            }),
+            ...inTransactionFrom(connection),
             ...(cancel && {
               interrupt: () => {
                 discarded ??= new Error('interrupted by lockkit');

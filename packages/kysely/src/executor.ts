@@ -13,6 +13,7 @@ import {
   END_OWN_BACKEND,
   FateTransactionContext,
   guardCheckouts,
+  inTransactionFrom,
   isConnectionLoss,
   NestedCallGuard,
   type PgEventSourceLike,
@@ -259,12 +260,7 @@ export function kyselyExecutor<DB>(
                   return fate.signal;
                 },
                 backendPid: client?.processID ?? undefined,
-                ...(typeof client?.getTransactionStatus === 'function' && {
-                  inTransaction: () => {
-                    const status = client.getTransactionStatus?.();
-                    return status === 'T' || status === 'E';
-                  },
-                }),
+                ...inTransactionFrom(client),
                 discard: () => {
                   discarded = true;
                 },

@@ -18,6 +18,8 @@ import {
 import {
   ConnectionFate,
   FateTransactionContext,
+  inTransactionBlock,
+  inTransactionFrom,
   isConnectionLoss,
   NestedCallGuard,
   sendCancelRequest,
@@ -267,8 +269,7 @@ export function pgExecutor(
 
   /** A single client the caller left inside a transaction of its own. */
   const callerTransactionOpen = (lease: Lease<PgClientLike>): boolean => {
-    const status = lease.single ? lease.client.getTransactionStatus?.() : undefined;
-    return status === 'T' || status === 'E';
+    return lease.single && inTransactionBlock(lease.client.getTransactionStatus?.());
   };
   /** A single client whose connection died (pg keeps its last transaction status). */
   const deadClientError = (lease: Lease<PgClientLike>): ConnectionLostError | undefined => {
@@ -387,12 +388,7 @@ export function pgExecutor(
               return fate.signal;
             },
             backendPid,
-            ...(typeof client.getTransactionStatus === 'function' && {
-              inTransaction: () => {
-                const status = client.getTransactionStatus?.();
-                return status === 'T' || status === 'E';
-              },
-            }),
+            ...inTransactionFrom(client),
             ...(interrupt && {
               interrupt: () => {
                 discarded ??= new Error('interrupted by lockkit');

@@ -31,6 +31,7 @@ import {
 import {
   ConnectionFate,
   FateTransactionContext,
+  inTransactionFrom,
   isConnectionLoss,
   NestedCallGuard,
   type PgEventSourceLike,
@@ -342,12 +343,7 @@ export function typeormExecutor(
             return fate.signal;
           },
           backendPid: connection.processID ?? undefined,
-          ...(typeof connection.getTransactionStatus === 'function' && {
-            inTransaction: () => {
-              const status = connection.getTransactionStatus?.();
-              return status === 'T' || status === 'E';
-            },
-          }),
+          ...inTransactionFrom(connection),
           ...(alone && {
             interrupt: () => {
               drop = true;
