@@ -202,7 +202,12 @@ export function sessionCases<Tx, Session>(
         });
         expect(r, what).toEqual({ executed: true, result: 'done' });
         expect(await f.observer.locksOn(key), what).toEqual([]);
-        expect(await f.observer.locksOn(other), what).toEqual([]);
+        // A lock the task took on another key and kept goes with the connection lockkit closes:
+        // the server frees it when that backend has exited, a moment after the call returned.
+        const otherFreed = await f.observer.until(
+          async () => (await f.observer.locksOn(other)).length === 0,
+        );
+        expect(otherFreed, what).toBe(true);
         expect(await state(), what).toEqual(clean);
       }
     },
