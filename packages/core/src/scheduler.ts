@@ -416,6 +416,10 @@ export class Scheduler<Tx> {
   /** With `decide: 'owner'`: the live instances and who decides which job. */
   private readonly membership: Membership | undefined;
   private membershipTimer: ClockTimer | undefined;
+  /** A takeover whose statement failed: the view it was judged from, and who was gone. */
+  private owedTakeover:
+    | { readonly before: readonly RendezvousMember[]; readonly gone: ReadonlyMap<string, number> }
+    | undefined;
   /** Whether a heartbeat made this instance a member (stop() then leaves). */
   private joined = false;
   /** Heartbeats one after the other: a view is never replaced by an older one. */
@@ -784,10 +788,16 @@ export class Scheduler<Tx> {
       const now = new Date(this.now());
       const change = await this.query((q) => membership.heartbeat(q, now));
       this.joined = true;
-      const takeover =
-        change.gone.size > 0 && !this.stopping.signal.aborted
-          ? this.takeOver(membership, change.before, change.gone, now)
-          : Promise.resolve();
+      const owed = this.owedTakeover;
+      this.owedTakeover = undefined;
+      const takeovers: Promise<void>[] = [];
+      if (!this.stopping.signal.aborted) {
+        if (owed !== undefined)
+          takeovers.push(this.takeOver(membership, owed.before, owed.gone, now));
+        if (change.gone.size > 0)
+          takeovers.push(this.takeOver(membership, change.before, change.gone, now));
+      }
+      const takeover = Promise.all(takeovers).then(() => {});
       return { names: membership.names(), takeover };
     });
     this.membershipSync = next.catch(() => {});
@@ -830,11 +840,24 @@ export class Scheduler<Tx> {
       }
     }
     if (taken.length === 0) return Promise.resolve();
-    const unclaimed = this.query((q) => this.ledger.unclaimed(q, pairs)).then((rows) => {
-      const byJob = new Map<string, Date[]>();
-      for (const { job, tick } of rows) byJob.set(job, [...(byJob.get(job) ?? []), tick]);
-      return byJob;
-    });
+    const unclaimed = this.query((q) => this.ledger.unclaimed(q, pairs)).then(
+      (rows) => {
+        const byJob = new Map<string, Date[]>();
+        for (const { job, tick } of rows) byJob.set(job, [...(byJob.get(job) ?? []), tick]);
+        return byJob;
+      },
+      (error: unknown) => {
+        // Owed to the next heartbeat: the gone owner's ticks are not left to catch-up for a blip.
+        const owed = this.owedTakeover;
+        this.owedTakeover = {
+          before: owed?.before ?? before,
+          gone: new Map([...(owed?.gone ?? []), ...gone]),
+        };
+        if (!this.stopping.signal.aborted)
+          this.emit({ type: 'error', job: (taken[0] as Job<Tx>).name, tick: now, error });
+        return new Map<string, Date[]>();
+      },
+    );
     const works: Promise<void>[] = [];
     for (const job of taken) {
       const work = unclaimed

@@ -260,6 +260,42 @@ export function schedulerOwnerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.owner-takeover-retried',
+    "decide 'owner': a takeover whose statement fails (the ledger unreachable) is owed to the next heartbeat, not left to catch-up",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const jobs = jobNames(8);
+        const clock = handClock();
+        const nodes = ['a', 'b'].map((name) => node(schema, name, jobs, { now: clock.now }));
+        const [a, b] = nodes as [Node, Node];
+        clock.set(0.5);
+        for (const n of [...nodes, ...nodes]) await n.scheduler.syncMembership();
+        clock.set(1.5);
+        await fireAll(nodes, jobs, at(1));
+        const left = jobs.filter((job) => b.scheduler.decides(job));
+        expect(left.length).toBeGreaterThan(0);
+        await b.scheduler.stop();
+        clock.set(2.5);
+        await fireAll([a], jobs, at(2));
+        // The ledger is away while a sees b gone: its takeover statement fails.
+        await f.observer.query(`ALTER TABLE "${schema}".runs RENAME TO runs_away`);
+        try {
+          expect(await a.scheduler.syncMembership()).toEqual(['a']);
+        } finally {
+          await f.observer.query(`ALTER TABLE "${schema}".runs_away RENAME TO runs`);
+        }
+        expect(a.events.filter((e) => e.type !== 'ran').map((e) => e.type)).toEqual(['error']);
+        // Before tick 3 is due: the takeover owed runs b's tick 2, nothing newer.
+        clock.set(2.9);
+        await a.scheduler.syncMembership();
+        await a.scheduler.stop();
+        await expectExactlyOnce(schema, jobs, [1, 2]);
+      }),
+    60_000,
+  );
+
+  test(
     'scheduler.owner-lease',
     "decide 'owner' in lease mode: each tick once under its lease, and a leaving owner's tick taken over",
     () =>
