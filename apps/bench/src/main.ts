@@ -39,7 +39,7 @@ import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
-import { measureScale, type ScaleDecide, type ScaleReport } from './scale.js';
+import { measureCeiling, measureScale, type ScaleDecide, type ScaleReport } from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -687,11 +687,27 @@ async function scaleMatrix(url: string): Promise<void> {
       for (const processes of listOf('LOCKKIT_BENCH_SCALE_PROCESSES', '1,4,8').map(Number)) {
         const r = await measureScale(url, worker, processes, jobs, seconds, decide as ScaleDecide);
         reports.push(r);
+        // No latency when no tick of the judged window ran before the end: the run fell behind.
+        const ms = (v: number) => (Number.isFinite(v) ? `${v} ms` : '—');
         console.log(
-          `| ${r.decide} | ${r.processes} × ${r.jobsPerProcess} | ${r.decisionsPerTick} | ${r.statementsPerTick} | ${r.transactionsPerTick} (${r.serverTransactionsPerTick}) | ${r.ranPerSecond} | ${r.p50Ms} ms | ${r.p99Ms} ms | ${r.duplicates} | ${r.missed} / ${r.judgedTicks} | ${r.peakAdvisoryLocks} |`,
+          `| ${r.decide} | ${r.processes} × ${r.jobsPerProcess} | ${r.decisionsPerTick} | ${r.statementsPerTick} | ${r.transactionsPerTick} (${r.serverTransactionsPerTick}) | ${r.ranPerSecond} | ${ms(r.p50Ms)} | ${ms(r.p99Ms)} | ${r.duplicates} | ${r.missed} / ${r.judgedTicks} | ${r.peakAdvisoryLocks} |`,
         );
       }
     }
   }
-  if (flags.json) console.log(JSON.stringify({ scale: reports }));
+  // The machine's own ceiling beside as many processes, measured in the same run.
+  const ceilings = [];
+  for (const processes of listOf('LOCKKIT_BENCH_SCALE_PROCESSES', '1,4,8').map(Number)) {
+    const c = await measureCeiling(
+      url,
+      fileURLToPath(new URL('./ceiling-worker.mjs', import.meta.url)),
+      processes,
+      seconds,
+    );
+    ceilings.push(c);
+    console.log(
+      `ceiling beside ${c.processes} processes: ${c.transactionsPerSecond} transactions/s of BEGIN, try-lock, INSERT, COMMIT (${c.statementsPerSecond} statements/s)`,
+    );
+  }
+  if (flags.json) console.log(JSON.stringify({ scale: reports, ceilings }));
 }

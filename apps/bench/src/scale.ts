@@ -188,3 +188,58 @@ export async function measureScale(
     peakGrantedAdvisoryLocks: peakGranted,
   };
 }
+
+/** What the ceiling probe measured: small transactions the machine commits per second. */
+export interface CeilingReport {
+  readonly processes: number;
+  readonly transactionsPerSecond: number;
+  /** Statements per second (4 per transaction). */
+  readonly statementsPerSecond: number;
+}
+
+/**
+ * The machine's ceiling beside `processes` Node processes: each runs 10 loops of the skeleton of
+ * a tick's claim (see ceiling-worker.ts) for `seconds`.
+ */
+export async function measureCeiling(
+  url: string,
+  workerScript: string,
+  processes: number,
+  seconds: number,
+): Promise<CeilingReport> {
+  const schema = `lockkit_ceiling_${randomBytes(4).toString('hex')}`;
+  const setup = new pg.Pool({ connectionString: url, max: 1 });
+  await setup.query(`CREATE SCHEMA "${schema}"`);
+  await setup.query(`CREATE TABLE "${schema}".ceiling (key text PRIMARY KEY, at timestamptz)`);
+  const children = Array.from({ length: processes }, (_, i) =>
+    spawn(process.execPath, [workerScript, url, schema, `c${i}`, '10'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
+  const outputs = children.map(linesOf);
+  while (!outputs.every((o) => o().some((l) => l.ready === true))) await sleep(50);
+  await sleep(1000);
+  for (const child of children) child.kill('SIGUSR2');
+  const from = Date.now();
+  await sleep(seconds * 1000);
+  for (const child of children) child.kill('SIGUSR2');
+  const to = Date.now();
+  const marks = () =>
+    outputs.map((o) =>
+      o().flatMap((l) => (l.mark === undefined ? [] : [l.mark as { committed: number }])),
+    );
+  while (!marks().every((m) => m.length >= 2)) await sleep(20);
+  const exited = children.map((child) => new Promise((r) => child.once('exit', r)));
+  for (const child of children) child.kill('SIGTERM');
+  await Promise.all(exited);
+  let committed = 0;
+  for (const [a, b] of marks()) committed += (b?.committed ?? 0) - (a?.committed ?? 0);
+  await setup.query(`DROP SCHEMA "${schema}" CASCADE`);
+  await setup.end();
+  const perSecond = committed / ((to - from) / 1000);
+  return {
+    processes,
+    transactionsPerSecond: Math.round(perSecond),
+    statementsPerSecond: Math.round(perSecond * 4),
+  };
+}
