@@ -82,6 +82,7 @@ export async function measureScale(
 ): Promise<ScaleReport> {
   const schema = `lockkit_scale_${randomBytes(4).toString('hex')}`;
   const setup = new pg.Pool({ connectionString: url, max: 2 });
+  setup.on('error', () => {});
   await createLockKit(setup, { schema }).migrate();
   const children = Array.from({ length: processes }, (_, i) =>
     spawn(process.execPath, [workerScript, url, schema, String(jobs), `p${i}`, decide], {
@@ -209,6 +210,7 @@ export async function measureCeiling(
 ): Promise<CeilingReport> {
   const schema = `lockkit_ceiling_${randomBytes(4).toString('hex')}`;
   const setup = new pg.Pool({ connectionString: url, max: 1 });
+  setup.on('error', () => {});
   await setup.query(`CREATE SCHEMA "${schema}"`);
   await setup.query(`CREATE TABLE "${schema}".ceiling (key text PRIMARY KEY, at timestamptz)`);
   const children = Array.from({ length: processes }, (_, i) =>
