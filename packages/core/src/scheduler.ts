@@ -716,11 +716,16 @@ export class Scheduler<Tx> {
     const membership = this.joined ? this.membership : undefined;
     if (this.started || membership !== undefined) {
       const started = this.started;
-      const cleanUp = this.query(async (q) => {
-        if (started) await this.ledger.deregister(q);
-        // Gone from the members at once: the next owners take over at their next heartbeat.
-        await membership?.leave(q);
-      }).catch(() => {});
+      // After a heartbeat in flight, which would otherwise write the row back after the leave.
+      const cleanUp = this.membershipSync
+        .then(() =>
+          this.query(async (q) => {
+            if (started) await this.ledger.deregister(q);
+            // Gone from the members at once: the next owners take over at their next heartbeat.
+            await membership?.leave(q);
+          }),
+        )
+        .catch(() => {});
       await Promise.race([cleanUp, until(Math.max(0, deadline - Date.now()))]);
     }
     return { stillRunning };
@@ -733,6 +738,8 @@ export class Scheduler<Tx> {
    * `OPTION_INVALID` for an unknown job, or for a tick that is not a valid Date on the job's
    * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
+   * With `decide: 'owner'`, resolves at once without a statement when this instance does not
+   * decide the job (see {@link Scheduler.decides}), as its timer would.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const job = this.jobs.get(name);
