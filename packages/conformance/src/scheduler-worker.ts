@@ -3,10 +3,11 @@
  * test, with its clock skewed by `skewMs`, records every execution, and runs until SIGTERM (clean
  * stop) or SIGKILL.
  *
- * Usage: node scheduler-worker.mjs '<json>' with { module, url, schema, skewMs, jobs, worker }.
+ * Usage: node scheduler-worker.mjs '<json>' with { module, url, schema, skewMs, jobs, worker,
+ * decide?, membership? } (the scheduler options of the same names).
  */
 import { pathToFileURL } from 'node:url';
-import { createLockClient, createScheduler } from '@lockkit/core';
+import { createLockClient, createScheduler, type SchedulerOptions } from '@lockkit/core';
 import type { AdapterInstance } from './harness.js';
 
 interface WorkerConfig {
@@ -16,6 +17,8 @@ interface WorkerConfig {
   readonly skewMs: number;
   readonly jobs: readonly string[];
   readonly worker: string;
+  readonly decide?: SchedulerOptions['decide'];
+  readonly membership?: SchedulerOptions['membership'];
 }
 
 async function main(): Promise<void> {
@@ -29,6 +32,8 @@ async function main(): Promise<void> {
     owner: config.worker,
     now: () => Date.now() + config.skewMs,
     catchUpGraceMs: 3000,
+    ...(config.decide !== undefined && { decide: config.decide }),
+    ...(config.membership !== undefined && { membership: config.membership }),
   });
   for (const job of config.jobs) {
     scheduler.register(job, '* * * * * *', async (run) => {
