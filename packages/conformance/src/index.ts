@@ -20,6 +20,7 @@
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
+import { faultPointCases } from './cases/fault-points.js';
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
 import { pipeliningCases } from './cases/pipelining.js';
@@ -39,6 +40,8 @@ export {
   type AdapterInstance,
   type ConformanceAdapter,
   type ConformanceCaseId,
+  type FaultKind,
+  type FaultProtocolId,
   type ObservedLock,
   Observer,
   randomInt8Key,
@@ -50,7 +53,10 @@ export {
 export {
   type RoundTripProxy,
   type RoundTripProxyOptions,
+  type StatementTrap,
   startRoundTripProxy,
+  type WireFault,
+  type WireStatement,
 } from './proxy.js';
 
 /** The capability groups of the suite. */
@@ -63,7 +69,8 @@ export type ConformanceGroup =
   | 'leases'
   | 'scheduler'
   | 'engine'
-  | 'standby';
+  | 'standby'
+  | 'faults';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -110,6 +117,7 @@ export function runConformance<Tx, Session>(
       'scheduler',
       'engine',
       'standby',
+      'faults',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -164,6 +172,7 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
+    group('faults', undefined, (a, f) => faultPointCases(a, f, capabilities.session));
     if (groups.has('standby')) {
       // Its own server, a hot standby shared by the group's cases.
       const start = adapter.standby;
@@ -197,6 +206,7 @@ export function runConformance<Tx, Session>(
         ['leases', leaseCases],
         ['scheduler', allSchedulerCases],
         ['engine', engineCasesThroughBouncer],
+        ['faults', faultPointCasesThroughBouncer],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -240,6 +250,7 @@ function cases<Tx, Session>(
   leaseCases(adapter, fixture);
   allSchedulerCases(adapter, fixture);
   engineCasesThroughBouncer(adapter, fixture);
+  faultPointCasesThroughBouncer(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }
 
@@ -249,6 +260,14 @@ function engineCasesThroughBouncer<Tx, Session>(
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
 ): void {
   engineSelfTestCases(adapter, fixture, 'pgbouncer');
+}
+
+/** The fault-point group through PgBouncer: transaction scope only (session scope is refused there). */
+function faultPointCasesThroughBouncer<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+): void {
+  faultPointCases(adapter, fixture, false);
 }
 
 /**
