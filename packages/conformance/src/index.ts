@@ -21,6 +21,13 @@ import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
 import { faultPointCases } from './cases/fault-points.js';
+
+export {
+  faultPointCaseIds,
+  SESSION_FAULT_PROTOCOLS,
+  TRANSACTION_FAULT_PROTOCOLS,
+} from './cases/fault-points.js';
+
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
 import { pipeliningCases } from './cases/pipelining.js';

@@ -1,5 +1,10 @@
 import { fileURLToPath } from 'node:url';
-import { runConformance } from '@lockkit/conformance';
+import {
+  faultPointCaseIds,
+  runConformance,
+  SESSION_FAULT_PROTOCOLS,
+  TRANSACTION_FAULT_PROTOCOLS,
+} from '@lockkit/conformance';
 import { isConnectionLoss } from '@lockkit/core/adapter';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
@@ -66,8 +71,26 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
   };
 }
 
+/**
+ * A known defect the fault-point group found: postgres.js hands a terminated backend's FATAL
+ * (57P01) to the next query it reconnects for, so the next caller after a terminated backend
+ * rejects CONNECTION_LOST once. Direct (prepare: true) it fails at boundary 0 every time: run as
+ * expected failures; through PgBouncer (prepare: false) where it fails varies: skipped visibly.
+ */
+const staleFatal = (prepare: boolean) => {
+  const reason =
+    "known defect: postgres.js hands a terminated backend's FATAL (57P01) to the next query it reconnects for, so the next caller after a terminated backend rejects CONNECTION_LOST once";
+  const ids = faultPointCaseIds(
+    ['terminated'],
+    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS],
+    reason,
+  );
+  return prepare ? { expectedFailures: ids } : { disable: ids };
+};
+
 for (const prepare of [true, false]) {
   runConformance({
+    ...staleFatal(prepare),
     name: `postgres.js (prepare: ${prepare})`,
     databaseUrl: testDatabaseUrl,
     standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
