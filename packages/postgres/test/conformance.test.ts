@@ -89,13 +89,16 @@ const staleFatal = (prepare: boolean) => {
   return {
     disable: {
       ...ids,
-      // Found through PgBouncer by the fault-point group, not diagnosed yet (passes direct, and
-      // under Drizzle on postgres.js through PgBouncer): skipped visibly in both modes, since one
-      // declaration covers both; prepare: true still runs these cases direct.
+      // Found through PgBouncer by the fault-point group, not fixed yet: after COMMIT's answer
+      // is lost, postgres.js's close hook starts the dead-backend watch's check; through
+      // PgBouncer the watched pid stays alive, so the check keeps asking — on the pool, whose
+      // one connection the next call has reserved, while that call's task query waits for the
+      // check to settle: a deadlock on a pool of one (max: 1). Skipped visibly in both modes,
+      // since one declaration covers both; prepare: true still runs these cases direct.
       ...faultPointCaseIds(
         ['drop-after'],
         TRANSACTION_FAULT_PROTOCOLS,
-        "known defect (through PgBouncer): after COMMIT's answer is lost, the next call stalls inside its transaction holding the lock (seen at the COMMIT boundary of every transaction protocol; not diagnosed yet)",
+        "known defect (through PgBouncer, pool of one): after COMMIT's answer is lost, the next call stalls inside its transaction holding the lock — its task query waits for the dead-backend watch's check, which waits for the pool's one connection, reserved by that call",
       ),
     },
   };
