@@ -20,6 +20,14 @@
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
+import { faultPointCases } from './cases/fault-points.js';
+
+export {
+  faultPointCaseIds,
+  SESSION_FAULT_PROTOCOLS,
+  TRANSACTION_FAULT_PROTOCOLS,
+} from './cases/fault-points.js';
+
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
 import { pipeliningCases } from './cases/pipelining.js';
@@ -40,6 +48,8 @@ export {
   type AdapterInstance,
   type ConformanceAdapter,
   type ConformanceCaseId,
+  type FaultKind,
+  type FaultProtocolId,
   type ObservedLock,
   Observer,
   randomInt8Key,
@@ -51,7 +61,10 @@ export {
 export {
   type RoundTripProxy,
   type RoundTripProxyOptions,
+  type StatementTrap,
   startRoundTripProxy,
+  type WireFault,
+  type WireStatement,
 } from './proxy.js';
 
 /** The capability groups of the suite. */
@@ -64,7 +77,8 @@ export type ConformanceGroup =
   | 'leases'
   | 'scheduler'
   | 'engine'
-  | 'standby';
+  | 'standby'
+  | 'faults';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -111,6 +125,7 @@ export function runConformance<Tx, Session>(
       'scheduler',
       'engine',
       'standby',
+      'faults',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -165,6 +180,7 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
+    group('faults', undefined, (a, f) => faultPointCases(a, f, capabilities.session));
     if (groups.has('standby')) {
       // Its own server, a hot standby shared by the group's cases.
       const start = adapter.standby;
@@ -198,6 +214,7 @@ export function runConformance<Tx, Session>(
         ['leases', leaseCases],
         ['scheduler', allSchedulerCases],
         ['engine', engineCasesThroughBouncer],
+        ['faults', faultPointCasesThroughBouncer],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -241,6 +258,7 @@ function cases<Tx, Session>(
   leaseCases(adapter, fixture);
   allSchedulerCases(adapter, fixture);
   engineCasesThroughBouncer(adapter, fixture);
+  faultPointCasesThroughBouncer(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }
 
@@ -250,6 +268,14 @@ function engineCasesThroughBouncer<Tx, Session>(
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
 ): void {
   engineSelfTestCases(adapter, fixture, 'pgbouncer');
+}
+
+/** The fault-point group through PgBouncer: transaction scope only (session scope is refused there). */
+function faultPointCasesThroughBouncer<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+): void {
+  faultPointCases(adapter, fixture, false);
 }
 
 /**

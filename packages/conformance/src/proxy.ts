@@ -47,8 +47,54 @@ export interface RoundTripProxy {
    * `started` resolves when the first one is held.
    */
   holdCancels(): { readonly started: Promise<void>; release(): void };
+  /**
+   * Records every statement clients send from now on, in the order they reach the proxy (all
+   * connections); `stop()` returns them. Restarts the statement count that traps use.
+   */
+  record(): { stop(): WireStatement[] };
+  /**
+   * Arms a one-shot trap on the statement at `index` (counted from 0, from now on, over all
+   * connections, as {@link RoundTripProxy.record} numbers them): see {@link WireFault}.
+   */
+  trapStatement(index: number, fault: WireFault): StatementTrap;
   close(): Promise<void>;
 }
+
+/**
+ * What a {@link StatementTrap} does to its statement:
+ * - `'drop-before'`: cuts the link both ways before any of the statement reaches the server;
+ * - `'drop-after'`: passes the statement on, withholds the server's whole answer, and cuts the link
+ *   once the server has answered (it ran the statement; the client never hears how);
+ * - `'hold-statement'`: holds the statement (and whatever the client sends after it) before the
+ *   server, until `release()`;
+ * - `'hold-reply'`: passes the statement on and holds the server's answer (and what follows it)
+ *   until `release()`; `fired` resolves once the server has answered in full.
+ */
+export type WireFault = 'drop-before' | 'drop-after' | 'hold-statement' | 'hold-reply';
+
+/**
+ * One statement as a client sent it through the proxy: a simple Query, or the extended-protocol
+ * messages up to and including their Sync.
+ */
+export interface WireStatement {
+  /** Its position among the statements sent since `record()` or `trapStatement()`, from 0. */
+  readonly index: number;
+  /** Which proxied connection sent it: 1 for the first the proxy accepted, and so on. */
+  readonly connection: number;
+  /** Its SQL (the Query's, or its Parse's, or the named prepared statement its Bind runs). */
+  readonly text: string;
+}
+
+/** A trap set on one statement by {@link RoundTripProxy.trapStatement}. */
+export interface StatementTrap {
+  /** Resolves with the statement once the trap has acted: cut the link, or holds. */
+  readonly fired: Promise<WireStatement>;
+  /** Passes on what the trap holds (nothing for the drops) and stops holding. */
+  release(): void;
+}
+
+/** Client message types that belong to the statement a later Sync ends: Parse, Bind, Describe, Execute, Close. */
+const STATEMENT_PARTS = new Set([0x50, 0x42, 0x44, 0x45, 0x43]);
 
 /** The code of a protocol CancelRequest, sent instead of a startup message on a new socket. */
 const CANCEL_REQUEST_CODE = 80877102;
@@ -70,7 +116,12 @@ class MessageCounter {
   private started: boolean;
 
   constructor(
-    private readonly onMessage: (type: number, firstByte: number | undefined, body: Buffer) => void,
+    private readonly onMessage: (
+      type: number,
+      firstByte: number | undefined,
+      body: Buffer,
+      raw: Buffer,
+    ) => void,
     // The client's first message (startup) has no type byte.
     hasUntypedStartup: boolean,
     private readonly onStartup: (packet: Buffer) => void = () => {},
@@ -97,6 +148,7 @@ class MessageCounter {
         this.buffer[0] as number,
         length > 4 ? this.buffer[5] : undefined,
         this.buffer.subarray(5, 1 + length),
+        this.buffer.subarray(0, 1 + length),
       );
       this.buffer = this.buffer.subarray(1 + length);
     }
@@ -125,10 +177,22 @@ export async function startRoundTripProxy(
   const sockets = new Set<Socket>();
   let commitTrap: (() => void) | undefined;
   let cancelHold: { held: Buffer[][]; flushers: (() => void)[]; onFirst: () => void } | undefined;
+  // Per connection: passes on what a statement trap holds there.
+  const releasers = new Map<number, () => void>();
+  // Statements seen since the last `record()` or `trapStatement()`, and what to do with them.
+  let statementCount = 0;
+  let recording: WireStatement[] | undefined;
+  let trap: { index: number; fault: WireFault; fire: (s: WireStatement) => void } | undefined;
+  let connectionCount = 0;
   const server: Server = createServer((client) => {
     const upstream = connect(port, host);
+    const connection = ++connectionCount;
     sockets.add(client);
     sockets.add(upstream);
+    const cut = () => {
+      client.destroy();
+      upstream.destroy();
+    };
     // Answers this connection's client is still waiting for.
     let outstanding = 0;
     // Set when this connection's COMMIT reply is to be withheld: called on the server's answer.
@@ -137,18 +201,102 @@ export async function startRoundTripProxy(
     let holding: Buffer[] | undefined;
     // Names of the statements this connection prepared as COMMIT.
     const preparedCommits = new Set<string>();
-    const fromServer = new MessageCounter((type, firstByte) => {
-      if (type !== 0x5a /* Z */) return;
-      // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
-      outstanding = Math.max(0, outstanding - 1);
-      if (firstByte !== undefined) status = String.fromCharCode(firstByte);
-      if (doomed) {
-        const cut = doomed;
-        doomed = undefined;
-        client.destroy();
-        upstream.destroy();
+    // The statement being assembled (extended-protocol messages up to their Sync), its SQL text,
+    // and the texts of the statements this connection prepared by name.
+    let unit: Buffer[] = [];
+    let unitText = '';
+    const preparedTexts = new Map<string, string>();
+    // Statements passed to the server on this connection, and ReadyForQuery answers seen (the
+    // first one answers the start-up, not a statement).
+    let forwarded = 0;
+    let answered = -1;
+    // A trapped statement held before the server (with what the client sends after it).
+    let heldStatement: Buffer[] | undefined;
+    // A trapped statement's answer, from the first byte of it: dropped (then the link cut) or held.
+    let answerTrap:
+      | { unit: number; drop: boolean; held: Buffer[]; statement: WireStatement; fire: () => void }
+      | undefined;
+    // Bytes to pass on once the chunk being read has been parsed.
+    const toServer: Buffer[] = [];
+    const toClient: Buffer[] = [];
+
+    const statementDone = (bytes: Buffer[], text: string) => {
+      const statement: WireStatement = { index: statementCount++, connection, text };
+      recording?.push(statement);
+      const armed = trap && trap.index === statement.index ? trap : undefined;
+      if (armed) trap = undefined;
+      if (armed?.fault === 'drop-before') {
         cut();
+        armed.fire(statement);
+        return;
       }
+      if (armed?.fault === 'hold-statement') {
+        heldStatement = [...bytes];
+        armed.fire(statement);
+        return;
+      }
+      if (heldStatement) {
+        heldStatement.push(...bytes);
+        return;
+      }
+      forwarded++;
+      toServer.push(...bytes);
+      if (armed) {
+        answerTrap = {
+          unit: forwarded,
+          drop: armed.fault === 'drop-after',
+          held: [],
+          statement,
+          fire: () => armed.fire(statement),
+        };
+      }
+    };
+    releasers.set(connection, () => {
+      if (heldStatement) {
+        const bytes = heldStatement;
+        heldStatement = undefined;
+        forwarded++;
+        if (!upstream.destroyed) pass(upstream, Buffer.concat(bytes));
+      }
+      if (answerTrap && !answerTrap.drop) {
+        const bytes = answerTrap.held;
+        answerTrap = undefined;
+        if (!client.destroyed) pass(client, Buffer.concat(bytes));
+      }
+    });
+
+    const fromServer = new MessageCounter((type, firstByte, _body, raw) => {
+      // Which statement of this connection this message answers (0: the start-up).
+      const answering = answered + 1;
+      if (type === 0x5a /* Z */) {
+        answered++;
+        // The start-up ReadyForQuery answers nothing the client sent: clamp at zero.
+        outstanding = Math.max(0, outstanding - 1);
+        if (firstByte !== undefined) status = String.fromCharCode(firstByte);
+      }
+      if (answerTrap && answering >= answerTrap.unit) {
+        const trapped = answerTrap;
+        if (trapped.drop) {
+          if (type === 0x5a && answering === trapped.unit) {
+            answerTrap = undefined;
+            cut();
+            trapped.fire();
+          }
+          return;
+        }
+        trapped.held.push(raw);
+        if (type === 0x5a && answering === trapped.unit) trapped.fire();
+        return;
+      }
+      if (doomed) {
+        if (type !== 0x5a) return;
+        const done = doomed;
+        doomed = undefined;
+        cut();
+        done();
+        return;
+      }
+      toClient.push(raw);
     }, false);
     const holdThisConnection = () => {
       if (!cancelHold || holding) return;
@@ -162,7 +310,7 @@ export async function startRoundTripProxy(
       cancelHold.onFirst();
     };
     const fromClient = new MessageCounter(
-      (type, _firstByte, body) => {
+      (type, _firstByte, body, raw) => {
         if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
           syncs++;
           if (outstanding === 0) trips++;
@@ -180,35 +328,70 @@ export async function startRoundTripProxy(
             .subarray(portalEnd + 1, body.indexOf(0, portalEnd + 1))
             .toString('utf8');
           commit = name !== '' && preparedCommits.has(name);
+          if (unitText === '') unitText = preparedTexts.get(name) ?? '';
         }
         if (commitTrap && commit) {
           doomed = commitTrap;
           commitTrap = undefined;
         }
         if (cancelHold && body.includes('pg_cancel_backend')) holdThisConnection();
+        // Statements travel whole: a trap must be able to stop one before any of it runs.
+        if (type === 0x50 /* P */) {
+          const nameEnd = body.indexOf(0);
+          unitText = body.subarray(nameEnd + 1, body.indexOf(0, nameEnd + 1)).toString('utf8');
+          const name = body.subarray(0, nameEnd).toString('utf8');
+          if (name !== '') preparedTexts.set(name, unitText);
+        }
+        if (type === 0x51 /* Q */) unitText = body.subarray(0, body.length - 1).toString('utf8');
+        if (STATEMENT_PARTS.has(type)) {
+          unit.push(raw);
+          return;
+        }
+        if (type === 0x51 /* Q */ || type === 0x53 /* S */) {
+          const bytes = [...unit, raw];
+          const text = unitText;
+          unit = [];
+          unitText = '';
+          statementDone(bytes, text);
+          return;
+        }
+        // Anything else (a Flush, Terminate, authentication) goes at once, with what came before.
+        const bytes = [...unit, raw];
+        unit = [];
+        if (heldStatement) heldStatement.push(...bytes);
+        else toServer.push(...bytes);
       },
       true,
       (packet) => {
         if (packet.length === 16 && packet.readInt32BE(4) === CANCEL_REQUEST_CODE) {
           holdThisConnection();
         }
+        toServer.push(packet);
       },
     );
     client.on('data', (chunk: Buffer) => {
       fromClient.push(chunk);
-      if (holding) holding.push(chunk);
-      else pass(upstream, chunk);
+      if (toServer.length === 0) return;
+      const bytes = Buffer.concat(toServer);
+      toServer.length = 0;
+      if (holding) holding.push(bytes);
+      else pass(upstream, bytes);
     });
     upstream.on('data', (chunk: Buffer) => {
       fromServer.push(chunk);
-      if (doomed || client.destroyed) return;
-      pass(client, chunk);
+      if (toClient.length === 0 || client.destroyed) {
+        toClient.length = 0;
+        return;
+      }
+      const bytes = Buffer.concat(toClient);
+      toClient.length = 0;
+      pass(client, bytes);
     });
     const end = () => {
-      client.destroy();
-      upstream.destroy();
+      cut();
       sockets.delete(client);
       sockets.delete(upstream);
+      releasers.delete(connection);
     };
     client.on('close', end);
     upstream.on('close', end);
@@ -230,6 +413,38 @@ export async function startRoundTripProxy(
       new Promise<void>((resolve) => {
         commitTrap = resolve;
       }),
+    record: () => {
+      const statements: WireStatement[] = [];
+      statementCount = 0;
+      recording = statements;
+      return {
+        stop: () => {
+          if (recording === statements) recording = undefined;
+          return statements;
+        },
+      };
+    },
+    trapStatement: (index, fault) => {
+      if (!Number.isInteger(index) || index < 0)
+        throw new Error(`index must be a non-negative integer, got ${String(index)}`);
+      statementCount = 0;
+      let fire!: (statement: WireStatement) => void;
+      let at: number | undefined;
+      const fired = new Promise<WireStatement>((resolve) => {
+        fire = (statement) => {
+          at = statement.connection;
+          resolve(statement);
+        };
+      });
+      trap = { index, fault, fire };
+      return {
+        fired,
+        release: () => {
+          if (trap?.fire === fire) trap = undefined;
+          if (at !== undefined) releasers.get(at)?.();
+        },
+      };
+    },
     holdCancels: () => {
       let onFirst!: () => void;
       const started = new Promise<void>((resolve) => {

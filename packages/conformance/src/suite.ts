@@ -111,7 +111,10 @@ export function useFixture<Tx, Session>(
   return () => current as Fixture<Tx, Session>;
 }
 
-/** `it`, or a visible skip carrying the adapter's reason when the case is disabled. */
+/**
+ * `it`; or a visible skip carrying the adapter's reason when the case is disabled; or `it.fails`
+ * naming the known defect when the adapter lists the case as an expected failure.
+ */
 export function caseIt<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   id: ConformanceCaseId,
@@ -120,8 +123,11 @@ export function caseIt<Tx, Session>(
   timeout?: number,
 ): void {
   const reason = adapter.disable?.[id];
+  const defect = adapter.expectedFailures?.[id];
   if (reason !== undefined) {
     it.skip(`${id}: ${title} — disabled by the adapter: ${reason}`, fn);
+  } else if (defect !== undefined) {
+    it.fails(`${id}: ${title} — EXPECTED TO FAIL, known defect: ${defect}`, fn, timeout);
   } else {
     it(`${id}: ${title}`, fn, timeout);
   }

@@ -5,6 +5,7 @@
  *
  * @packageDocumentation
  */
+import { isConnectionLoss } from './connection-loss.js';
 import type { EngineTrust } from './engine-self-test.js';
 import {
   ConnectionLostError,
@@ -252,6 +253,19 @@ export function classify(
       { cause: original === undefined ? connection.reason : original },
     );
   }
+  // lockkit's own statement (the opening, the lock wait, COMMIT) hit a dead link before the
+  // executor noticed: a driver error with no SQLSTATE (node-postgres's "Connection terminated
+  // unexpectedly"), which must not reach the caller raw. A task's own error passes unchanged: it
+  // may come from a connection of the task's that is not the lock's.
+  if (
+    !(error instanceof TaskFailure) &&
+    !(error instanceof LockkitError) &&
+    isConnectionLoss(error)
+  )
+    return new ConnectionLostError(
+      `${what}: the connection was lost before lockkit's statement was answered; Postgres releases every lock held there, and a transaction open there rolls back.`,
+      { cause: error },
+    );
   // The task's own errors pass unchanged, except the Postgres failures that lockkit's options
   // cause or that end the lock (timeouts, deadlock, lost connection, full lock table).
   if (caller?.aborted && sqlState(original) === '57014') return abortedError(caller, original);

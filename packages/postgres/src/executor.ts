@@ -316,12 +316,19 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // prepared statements — and lend it on. Not DISCARD ALL: dropping the statements postgres.js
       // prepared itself corrupts its queue. Only a connection the reset fails on is ended.
       const reset = await l.reserved.unsafe(SESSION_RESET).then(
-        () => true,
-        () => false,
+        () => 'done' as const,
+        (error: unknown) => (isConnectionLoss(error) ? ('lost' as const) : ('failed' as const)),
       );
-      if (reset && !l.watched.fate.aborted) {
+      if (reset === 'done' && !l.watched.fate.aborted) {
         l.stop();
         l.reserved.release();
+        return;
+      }
+      // The link died under the reset: nothing more may be sent on it (postgres.js would never
+      // answer, or crash the process from a timer writing to its closed socket); it is in
+      // postgres.js's closed queue already, and the server rolls back and unlocks on its own.
+      if (reset === 'lost' || l.watched.fate.aborted) {
+        l.stop();
         return;
       }
       // A task may have switched to a role that may not end its own backend: back to the

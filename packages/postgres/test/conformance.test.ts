@@ -1,5 +1,10 @@
 import { fileURLToPath } from 'node:url';
-import { runConformance } from '@lockkit/conformance';
+import {
+  faultPointCaseIds,
+  runConformance,
+  SESSION_FAULT_PROTOCOLS,
+  TRANSACTION_FAULT_PROTOCOLS,
+} from '@lockkit/conformance';
 import { isConnectionLoss } from '@lockkit/core/adapter';
 import { testDatabaseUrl, testPgBouncer } from '@lockkit/test-db';
 import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
@@ -66,8 +71,42 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
   };
 }
 
+/**
+ * A known defect the fault-point group found: postgres.js hands a terminated backend's FATAL
+ * (57P01) to the next query it reconnects for, so the next caller after a terminated backend
+ * rejects CONNECTION_LOST once. Direct (prepare: true) it fails at boundary 0 every time: run as
+ * expected failures; through PgBouncer (prepare: false) where it fails varies: skipped visibly.
+ */
+const staleFatal = (prepare: boolean) => {
+  const reason =
+    "known defect: postgres.js hands a terminated backend's FATAL (57P01) to the next query it reconnects for, so the next caller after a terminated backend rejects CONNECTION_LOST once";
+  const ids = faultPointCaseIds(
+    ['terminated'],
+    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS],
+    reason,
+  );
+  if (prepare) return { expectedFailures: ids };
+  return {
+    disable: {
+      ...ids,
+      // Found through PgBouncer by the fault-point group, not fixed yet: after COMMIT's answer
+      // is lost, postgres.js's close hook starts the dead-backend watch's check; through
+      // PgBouncer the watched pid stays alive, so the check keeps asking — on the pool, whose
+      // one connection the next call has reserved, while that call's task query waits for the
+      // check to settle: a deadlock on a pool of one (max: 1). Skipped visibly in both modes,
+      // since one declaration covers both; prepare: true still runs these cases direct.
+      ...faultPointCaseIds(
+        ['drop-after'],
+        TRANSACTION_FAULT_PROTOCOLS,
+        "known defect (through PgBouncer, pool of one): after COMMIT's answer is lost, the next call stalls inside its transaction holding the lock — its task query waits for the dead-backend watch's check, which waits for the pool's one connection, reserved by that call",
+      ),
+    },
+  };
+};
+
 for (const prepare of [true, false]) {
   runConformance({
+    ...staleFatal(prepare),
     name: `postgres.js (prepare: ${prepare})`,
     databaseUrl: testDatabaseUrl,
     standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),

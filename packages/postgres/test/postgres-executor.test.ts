@@ -2,6 +2,7 @@
  * postgres.js specifics beyond the conformance suite: parameters reach the server as the right
  * types with prepare on and off, and a dead reserved connection never crashes the process.
  */
+import { startRoundTripProxy } from '@lockkit/conformance';
 import { LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import pg from 'pg';
@@ -137,6 +138,50 @@ describe.each([true, false])('postgres.js with prepare: %s', (prepare) => {
     };
     expect(await queryAfterTerminate(newSql(), afterClose)).toBe('CONNECTION_LOST');
   }, 15_000);
+
+  it('session.reset-link-cut: the link cut as the session reset goes out after a session lock was released: the call settles executed (the task ran, its unlock was answered), never hangs or crashes, and the next call runs (fault-point group, with-session-lock-try / drop-before at the reset)', async () => {
+    const proxy = await startRoundTripProxy(testDatabaseUrl());
+    try {
+      const locks = createLockKit(
+        (() => {
+          const sql = postgres(proxy.url, { max: 1, prepare, onnotice: () => {} });
+          instances.push(sql);
+          return sql;
+        })(),
+        { engineSelfTest: false },
+      );
+      const key = LockKey.fromNames('lockkit-postgres-test', `reset-cut-${String(prepare)}`);
+      await locks.withSessionLock(key, async () => 'warm');
+      // Where the reset travels among the call's statements: recorded, not assumed.
+      const recorder = proxy.record();
+      await locks.withSessionLock(key, async () => 'recorded');
+      const reset = recorder.stop().findIndex((s) => s.text.startsWith('CLOSE ALL'));
+      expect(reset).toBeGreaterThan(0);
+      const trap = proxy.trapStatement(reset, 'drop-before');
+      // A bound on a hang (the bug: the call never settled), not a synchronisation.
+      let watchdog: ReturnType<typeof setTimeout> | undefined;
+      const outcome = await Promise.race([
+        locks
+          .withSessionLock(key, async () => 'ran')
+          .then(
+            (r) => JSON.stringify(r),
+            (error: unknown) => String((error as { code?: unknown }).code),
+          ),
+        new Promise((resolve) => {
+          watchdog = setTimeout(() => resolve('hung'), 5000);
+        }),
+      ]);
+      clearTimeout(watchdog);
+      await trap.fired;
+      expect(outcome).toBe('{"executed":true,"result":"ran"}');
+      expect(await locks.withSessionLock(key, async () => 'next')).toEqual({
+        executed: true,
+        result: 'next',
+      });
+    } finally {
+      await proxy.close();
+    }
+  }, 20_000);
 });
 
 describe('postgres.js with max: 1', () => {

@@ -344,6 +344,36 @@ export function lockTruthCases<Tx, Session>(
   );
 
   test(
+    'truth.lost-opening-is-typed',
+    'the link dies while the opening statement (BEGIN and the try-lock) is on its way, or after the server ran it: the call rejects CONNECTION_LOST, never a raw driver error (found by the fault-point group)',
+    async () => {
+      const f = fixture();
+      const proxy = await startRoundTripProxy(f.url);
+      // Closed after the fixture's checks, which may still talk through it.
+      onTestFinished(() => proxy.close());
+      const instance = f.newInstance(1, proxy.url);
+      const locks = createLockClient(instance.executor, { engineSelfTest: false });
+      const key = randomKey();
+      // Warm up: the driver's own first queries run now, so the opening is statement 0 below.
+      expect(await locks.withLock(key, async () => 'warm')).toEqual({
+        executed: true,
+        result: 'warm',
+      });
+      for (const fault of ['drop-before', 'drop-after'] as const) {
+        const trap = proxy.trapStatement(0, fault);
+        const error = await rejection(locks.withLock(key, async () => 'ran'));
+        await trap.fired;
+        expect(codeOf(error), `${fault}: ${String(error)}`).toBe('CONNECTION_LOST');
+        // Nothing wedged: the next call takes the lock and runs.
+        expect(await locks.withLock(key, async () => 'next')).toEqual({
+          executed: true,
+          result: 'next',
+        });
+      }
+    },
+  );
+
+  test(
     'truth.late-cancel-hits-nobody-else',
     "an abandoned wait's cancel, arriving after the waiter was granted and its connection reused, never cancels the next user's query",
     async () => {
