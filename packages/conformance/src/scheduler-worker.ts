@@ -3,8 +3,9 @@
  * test, with its clock skewed by `skewMs`, records every execution, and runs until SIGTERM (clean
  * stop) or SIGKILL.
  *
- * Usage: node scheduler-worker.mjs '<json>' with { module, url, schema, skewMs, jobs, worker,
- * decide?, membership? } (the scheduler options of the same names).
+ * Usage: node scheduler-worker.mjs '<json>' with { module, url, schema, namespace, skewMs, jobs,
+ * worker, decide?, membership? } (the scheduler options of the same names): the namespace scopes
+ * its lock keys to the test (another suite on the same server runs the same job names).
  */
 import { pathToFileURL } from 'node:url';
 import { createLockClient, createScheduler, type SchedulerOptions } from '@lockkit/core';
@@ -14,6 +15,7 @@ interface WorkerConfig {
   readonly module: string;
   readonly url: string;
   readonly schema: string;
+  readonly namespace: string;
   readonly skewMs: number;
   readonly jobs: readonly string[];
   readonly worker: string;
@@ -30,6 +32,7 @@ async function main(): Promise<void> {
   const locks = createLockClient(instance.executor, { schema: config.schema });
   const scheduler = createScheduler(locks, {
     owner: config.worker,
+    namespace: config.namespace,
     now: () => Date.now() + config.skewMs,
     catchUpGraceMs: 3000,
     ...(config.decide !== undefined && { decide: config.decide }),

@@ -206,8 +206,11 @@ export function leaseRaceCases<Tx, Session>(
         };
         const both = Promise.all(rivals.map(rival));
         // A's write stays open longer than the rivals' own TTL: a claim that waited for it would
-        // come back with its lease already over.
+        // come back with its lease already over...
         await sleep(1500);
+        // ...and until each rival has been answered twice while it is open: on a loaded machine
+        // 1.5 s may not be enough for that. (Bounded: a claim that waits for the fence never is.)
+        await f.observer.until(async () => settledWhileOpen.every((n) => n >= 2), 15_000);
         fenceOpen = false;
         closeFence.open();
         await both;

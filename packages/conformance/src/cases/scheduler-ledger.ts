@@ -69,17 +69,22 @@ export function schedulerLedgerCases<Tx, Session>(
         )[0]?.gone === true,
       10_000,
     );
-  /** Waits (up to 10 s) until some session waits for an advisory lock. */
+  /**
+   * Waits (up to 10 s) until one of this test's sessions waits for an advisory lock. Only this
+   * test's (its `application_name`): another suite sharing the server has waiters of its own.
+   */
   const someoneWaits = () =>
     fixture().observer.until(
       async () =>
-        (
-          await fixture().observer.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`,
-          )
-        )[0]?.n === 1,
+        (await fixture().observer.locksOf(fixture().applicationName)).filter((l) => !l.granted)
+          .length === 1,
       10_000,
     );
+  /**
+   * A scheduler node on its own instance. Its namespace is the test's schema: a job's lock key does
+   * not depend on the schema, and another suite running on the same server (another adapter's, in
+   * CI) registers the same job names at the same moment.
+   */
   const node = (
     schema: string,
     options: SchedulerOptions,
@@ -90,7 +95,7 @@ export function schedulerLedgerCases<Tx, Session>(
         schema,
         ...(onEvent && { onEvent }),
       }),
-      options,
+      { namespace: schema, ...options },
     );
 
   test(
@@ -114,7 +119,10 @@ export function schedulerLedgerCases<Tx, Session>(
           await release.promise;
           await run.query('SELECT 1'); // the connection is gone: this fails
         });
-        const jobLock = JSON.stringify(LockKey.fromNames(SCHEDULER_NAMESPACE, job).pgLocks);
+        // The key of the job's lock in this test's scheduler namespace (see `node`).
+        const jobLock = JSON.stringify(
+          LockKey.fromNames(`${SCHEDULER_NAMESPACE}/${schema}`, job).pgLocks,
+        );
         let attempts = 0;
         const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
           // B's second attempt at the job's lock: it timed out, judged A's run to be this very
@@ -183,6 +191,7 @@ export function schedulerLedgerCases<Tx, Session>(
             dead ? Promise.reject(new Error('the process is dead')) : base.transaction(fn),
         };
         const a = createScheduler(createLockClient(dying, { schema }), {
+          namespace: schema,
           owner: 'a',
           now: clock.now,
           catchUpGraceMs: 0,
@@ -330,13 +339,21 @@ export function schedulerLedgerCases<Tx, Session>(
       withSchema(async (schema, locks) => {
         const clock = handClock(0);
         const ran: number[] = [];
-        const old = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        const old = createScheduler(locks, {
+          namespace: schema,
+          now: clock.now,
+          catchUpGraceMs: 0,
+        });
         old.register('job', '*/2 * * * * *', () => {});
         for (const s of [0, 2, 4]) {
           clock.set(s);
           await old.runTick('job', at(s));
         }
-        const fresh = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        const fresh = createScheduler(locks, {
+          namespace: schema,
+          now: clock.now,
+          catchUpGraceMs: 0,
+        });
         const missed: SchedulerEvent[] = [];
         fresh.on('missed', (e) => missed.push(e));
         fresh.register(
@@ -365,10 +382,14 @@ export function schedulerLedgerCases<Tx, Session>(
    * A per-second job with `catchUp: 'latest'`, run at second 0, then down until second 3,000 and
    * back for ticks 3,000 to 3,002: the ticks its handler ran, in order, marked when catch-up ran them.
    */
-  const latestAfterOutage = async (locks: LockClient<Tx, Session>, catchUpGraceMs: number) => {
+  const latestAfterOutage = async (
+    schema: string,
+    locks: LockClient<Tx, Session>,
+    catchUpGraceMs: number,
+  ) => {
     const clock = handClock(0);
     const ran: string[] = [];
-    const s = createScheduler(locks, { now: clock.now, catchUpGraceMs });
+    const s = createScheduler(locks, { namespace: schema, now: clock.now, catchUpGraceMs });
     s.register(
       'job',
       '* * * * * *',
@@ -390,7 +411,7 @@ export function schedulerLedgerCases<Tx, Session>(
     "after 3,000 s of a per-second job nobody ran, 'latest' runs the newest missed tick once, and no stale tick after",
     () =>
       withSchema(async (schema, locks) => {
-        expect(await latestAfterOutage(locks, 0)).toEqual([
+        expect(await latestAfterOutage(schema, locks, 0)).toEqual([
           '0',
           '3000',
           '2999 catch-up',
@@ -409,7 +430,7 @@ export function schedulerLedgerCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         // Tick 2,999 is inside the grace window when tick 3,000 catches up: 2,998 is run.
-        expect(await latestAfterOutage(locks, 2000)).toEqual([
+        expect(await latestAfterOutage(schema, locks, 2000)).toEqual([
           '0',
           '3000',
           '2998 catch-up',
@@ -438,6 +459,7 @@ export function schedulerLedgerCases<Tx, Session>(
           const events: SchedulerEvent[] = [];
           const instance = f.newInstance(3);
           const s = createScheduler(createLockClient(instance.executor, { schema }), {
+            namespace: schema,
             now: clock.now,
             catchUpGraceMs: 0,
           });
@@ -549,7 +571,7 @@ export function schedulerLedgerCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         const clock = handClock(0);
-        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        const s = createScheduler(locks, { namespace: schema, now: clock.now, catchUpGraceMs: 0 });
         s.register('job', '* * * * * *', () => {}, { mode: 'lease', claimTimeoutMs: 5000 });
         await s.runTick('job', at(0));
         clock.set(3);
@@ -575,7 +597,11 @@ export function schedulerLedgerCases<Tx, Session>(
           const job = `job-${mode}`;
           const clock = handClock(0);
           const ran: string[] = [];
-          const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+          const s = createScheduler(locks, {
+            namespace: schema,
+            now: clock.now,
+            catchUpGraceMs: 0,
+          });
           s.register(
             job,
             '* * * * * *',
@@ -607,7 +633,7 @@ export function schedulerLedgerCases<Tx, Session>(
     () =>
       withSchema(async (schema, locks) => {
         const clock = handClock(0);
-        const s = createScheduler(locks, { now: clock.now, catchUpGraceMs: 0 });
+        const s = createScheduler(locks, { namespace: schema, now: clock.now, catchUpGraceMs: 0 });
         s.register('job', '*/10 * * * * *', () => {}, {
           mode: 'lease',
           claimTimeoutMs: 8000,
@@ -823,7 +849,7 @@ export function schedulerLedgerCases<Tx, Session>(
         );
         const clientWide = createScheduler(
           createLockClient(f.newInstance(3).executor, { schema, statementTimeoutMs: 100 }),
-          { now: clock.now, catchUpGraceMs: 0 },
+          { namespace: schema, now: clock.now, catchUpGraceMs: 0 },
         );
         clientWide.register('job', '* * * * * *', () => {}, { claimTimeoutMs: 500 });
         for (const s of [short, clientWide])
