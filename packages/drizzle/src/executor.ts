@@ -25,6 +25,7 @@ import {
   slotOf,
 } from '@lockkit/core/adapter';
 import { type SQL, sql } from 'drizzle-orm';
+import { type OwnCheckoutTransaction, ownCheckoutTransaction } from './own-checkout.js';
 
 /** What lockkit needs of a Drizzle transaction: `execute`, and (at runtime) its session. */
 export interface DrizzleTransactionLike {
@@ -179,9 +180,18 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
   const name = options.name ?? 'drizzle';
   const transactionPooler = options.transactionPooler === true;
   const kind = kindOf(db.$client);
-  // Drizzle checks connections out and sends BEGIN and COMMIT itself, outside lockkit's callback:
-  // a server lost just then must not be an unhandled 'error' event that crashes the process.
-  if (kind === 'pg-pool' && isEventful(db.$client)) {
+  // On a pool, lockkit checks the connection out itself and always gives it back: Drizzle sends
+  // BEGIN outside the try/finally that releases its own checkout (see own-checkout.ts).
+  const ownCheckout =
+    kind === 'pg-pool'
+      ? ownCheckoutTransaction<Tx>(db as { readonly session?: unknown }, db.$client)
+      : undefined;
+  const drizzleTransaction: OwnCheckoutTransaction<Tx> =
+    ownCheckout ?? ((fn) => db.transaction((tx) => fn(tx, { interrupted: false })));
+  // A pool of another shape, where Drizzle checks connections out and sends BEGIN and COMMIT
+  // itself, outside lockkit's callback: a server lost just then must not be an unhandled 'error'
+  // event that crashes the process.
+  if (kind === 'pg-pool' && ownCheckout === undefined && isEventful(db.$client)) {
     guardCheckouts(db.$client as unknown as PgPoolEventsLike);
   }
   if (kind === 'pg-client' && isEventful(db.$client)) slotOf(db.$client);
@@ -240,9 +250,9 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
       const fate = new ConnectionFate();
       let running: Promise<T> | undefined;
       try {
-        return await db.transaction(async (tx) => {
+        return await drizzleTransaction(async (tx, checkout) => {
           // node-postgres: the transaction's PoolClient. Its slot's listeners (on since checkout,
-          // see guardCheckouts above) report a backend death to this transaction while it runs.
+          // see own-checkout.ts) report a backend death to this transaction while it runs.
           const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
           const slot = kind !== 'postgres-js' && isEventful(client) ? slotOf(client) : undefined;
           if (slot) slot.current = fate;
@@ -259,7 +269,14 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           let outcome: { ok: true; value: T } | { ok: false; error: unknown };
           try {
             const ctx = new FateTransactionContext(query, tx, fate);
-            if (alone) ctx.interrupt = protocolCancel(client);
+            if (alone) {
+              const cancel = protocolCancel(client);
+              ctx.interrupt = () => {
+                // The cancel may still be on its way: the connection must serve no one else.
+                checkout.interrupted = true;
+                return cancel();
+              };
+            }
             running = nested.run(() => fn(ctx));
             outcome = { ok: true, value: await running };
           } catch (error) {

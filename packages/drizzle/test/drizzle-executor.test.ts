@@ -1,11 +1,14 @@
 /**
  * Drizzle specifics: nested transactions are savepoints (a lock taken in one that rolls back is
- * released), parameters are bound by Drizzle, and the result shapes of both drivers are read.
+ * released), parameters are bound by Drizzle, and the result shapes of both drivers are read. On a
+ * node-postgres pool lockkit checks the connection out itself: the task still gets Drizzle's own
+ * transaction, made with the database's configuration.
  */
 import { LockKey, UnsupportedCapabilityError } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
-import { sql } from 'drizzle-orm';
+import { is, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { PgTransaction } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLockKit, toDrizzleSql } from '../src/index.js';
@@ -106,6 +109,93 @@ describe.each([
         (error: { code?: string }) => error.code,
       );
     expect(outcome).toBe('CONNECTION_LOST');
+  }, 15_000);
+});
+
+/** A pool that stays quiet when a connection it holds dies, closed after the test. */
+function pool(max: number): pg.Pool {
+  const made = new pg.Pool({ connectionString: testDatabaseUrl(), max });
+  made.on('error', () => {});
+  closers.push(() => made.end());
+  return made;
+}
+
+describe('Drizzle on a node-postgres pool (lockkit checks the connection out)', () => {
+  it("gives the task Drizzle's own transaction, logged by the database's logger, and releases the connection", async () => {
+    const logged: string[] = [];
+    const p = pool(2);
+    const db = drizzle(p, { logger: { logQuery: (query) => logged.push(query) } });
+    const locks = createLockKit(db);
+    const r = await locks.withLock(
+      LockKey.fromNames('drizzle-test', `own-checkout-${Math.random()}`),
+      async (tx) => {
+        await tx.execute(sql`SELECT 'from the task'`);
+        return {
+          drizzleTransaction: is(tx, PgTransaction),
+          checkedOut: p.totalCount - p.idleCount,
+        };
+      },
+    );
+    expect(r).toEqual({ executed: true, result: { drizzleTransaction: true, checkedOut: 1 } });
+    expect(logged).toContain('begin');
+    expect(logged).toContain("SELECT 'from the task'");
+    expect(p.totalCount - p.idleCount).toBe(0);
+  });
+
+  it('never hands on a connection a protocol cancel was sent on (a pool of one, an aborted wait)', async () => {
+    const holderPool = pool(1);
+    const holder = createLockKit(drizzle(holderPool));
+    const alone = createLockKit(drizzle(pool(1)));
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    closers.push(() => admin.end());
+    const backend = async () => {
+      const r = await alone.withLock(
+        LockKey.fromNames('drizzle-test', `pid-${Math.random()}`),
+        async (_tx, ctx) => (await ctx.query('SELECT pg_backend_pid() AS pid'))[0]?.pid,
+      );
+      return r.executed ? r.result : undefined;
+    };
+    const before = await backend();
+    const key = LockKey.fromNames('drizzle-test', `cancelled-${Math.random()}`);
+    let letGo!: () => void;
+    const held = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    let holding!: () => void;
+    const isHeld = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const holderRun = holder.withLock(key, async () => {
+      holding();
+      await held;
+    });
+    await isHeld;
+    const controller = new AbortController();
+    const waiter = alone
+      .withLock(key, async () => 'ran', { wait: true, signal: controller.signal })
+      .catch((error: { code?: string }) => error.code);
+    // The waiter's wait is visible in pg_locks: only then does the abort cancel a statement.
+    const { objid } = key.pgLocks;
+    for (;;) {
+      const { rows } = await admin.query(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = $1::int8::oid",
+        [objid],
+      );
+      if (rows.length > 0) break;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    controller.abort(new Error('caller gave up'));
+    expect(await waiter).toBe('ABORTED');
+    letGo();
+    await holderRun;
+    const after = await backend();
+    expect(before).toEqual(expect.any(Number));
+    expect(after).toEqual(expect.any(Number));
+    expect(
+      after,
+      'the cancelled connection was destroyed, a new one serves the next call',
+    ).not.toBe(before);
   }, 15_000);
 });
 
