@@ -37,6 +37,54 @@ describe('BackendWatch', () => {
     expect(lease.fate.aborted).toBe(true);
   });
 
+  it('a check asks only about the leases of its start, and a later lease never waits for it', async () => {
+    // A connection closed while lease `before` was watched; lease `after` got its connection
+    // afterwards (on a pool of one: the only one). Asking about `after`, or holding its queries
+    // until the check settles, would wait for the connection `after` holds: a deadlock.
+    const asked: unknown[][] = [];
+    const before = { pid: 5, fate: new ConnectionFate() };
+    const after = { pid: 7, fate: new ConnectionFate() };
+    let stopBefore = () => {};
+    let afterWaits: Promise<void> | undefined;
+    const watch = new BackendWatch(async (_text, params) => {
+      asked.push([...params]);
+      if (asked.length === 1) {
+        watch.add(after);
+        afterWaits = watch.settled(after);
+        stopBefore(); // its call settled (its COMMIT failed with the lost link)
+      }
+      return [];
+    });
+    stopBefore = watch.add(before);
+    expect(watch.settled(before)).toBeUndefined();
+    const checking = watch.check();
+    expect(watch.settled(before)).toBe(checking);
+    await checking;
+    expect(afterWaits).toBeUndefined();
+    expect(asked).toEqual([[[5]]]);
+    expect(after.fate.aborted).toBe(false);
+  });
+
+  it('a close during a check is checked again with the leases watched then', async () => {
+    const asked: unknown[][] = [];
+    const first = { pid: 5, fate: new ConnectionFate() };
+    const second = { pid: 7, fate: new ConnectionFate() };
+    const watch = new BackendWatch(async (_text, params) => {
+      asked.push([...params]);
+      if (asked.length === 1) {
+        watch.add(second);
+        void watch.check(); // second's connection closed while the first check ran
+        return [{ pid: 5 }];
+      }
+      return [{ pid: 7 }];
+    });
+    watch.add(first);
+    await watch.check();
+    expect(asked).toEqual([[[5]], [[7]]]);
+    expect(first.fate.aborted).toBe(true);
+    expect(second.fate.aborted).toBe(true);
+  });
+
   it("a failed check aborts every lease with onCheckFailure 'abort', none by default", async () => {
     const down = new Error('server unreachable');
     const strict = new BackendWatch(async () => Promise.reject(down), { onCheckFailure: 'abort' });

@@ -43,6 +43,14 @@ export class BackendWatch {
   private readonly watched = new Set<WatchedBackend>();
   private timer: NodeJS.Timeout | undefined;
   private checking: Promise<void> | undefined;
+  /**
+   * The backends the running check asks about: those watched when it began. A connection that
+   * closed was among them; a lease added later got its connection after the close — on a pool of
+   * one, the only connection, which the check's own question would wait for.
+   */
+  private scope: ReadonlySet<WatchedBackend> | undefined;
+  /** A check was asked for while one ran: run one more round, for the backends watched then. */
+  private again = false;
   private polling = false;
 
   constructor(
@@ -69,30 +77,53 @@ export class BackendWatch {
     };
   }
 
-  /** Resolves once no check is running (queries on watched connections may wait on this). */
-  settled(): Promise<void> | undefined {
+  /**
+   * Resolves once no check that concerns `backend` is running (queries on watched connections
+   * wait on this); undefined when none is. Without `backend`, any running check. A backend added
+   * after a check began need not wait for it: its connection was handed out after the close that
+   * started the check.
+   */
+  settled(backend?: WatchedBackend): Promise<void> | undefined {
+    if (backend !== undefined && this.scope?.has(backend) !== true) return undefined;
     return this.checking;
   }
 
   /**
    * Checks now (a connection just closed, say), asking again briefly until a dead one is found,
-   * since a backend's exit shows a moment late. Concurrent calls share one check.
+   * since a backend's exit shows a moment late. It asks about the backends watched now; a call
+   * while a check runs shares it, and adds one more round for the backends watched then.
    */
   check(): Promise<void> {
     if (this.watched.size === 0) return Promise.resolve();
-    this.checking ??= (async () => {
-      try {
-        for (const delay of ON_DEMAND_DELAYS_MS) {
-          if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
-          if ((await this.once()) !== 0) return;
-        }
-      } catch (error) {
-        this.failed(error);
-      } finally {
+    if (this.checking !== undefined) {
+      this.again = true;
+      return this.checking;
+    }
+    this.scope = new Set(this.watched);
+    // Started a microtask later, so that a close reported during the first question finds this
+    // check running and asks for another round.
+    this.checking = Promise.resolve()
+      .then(async () => {
+        do {
+          this.again = false;
+          await this.round();
+          this.scope = new Set(this.watched);
+        } while (this.again && this.watched.size > 0);
+      })
+      .catch((error: unknown) => this.failed(error))
+      .finally(() => {
         this.checking = undefined;
-      }
-    })();
+        this.scope = undefined;
+      });
     return this.checking;
+  }
+
+  /** One round of a check: asks about its scope until a dead backend is found (or none is left). */
+  private async round(): Promise<void> {
+    for (const delay of ON_DEMAND_DELAYS_MS) {
+      if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
+      if ((await this.once(this.scope)) !== 0) return;
+    }
   }
 
   /** One periodic question; a failure waits for the next one (or aborts, per the options). */
@@ -107,9 +138,14 @@ export class BackendWatch {
     }
   }
 
-  /** One question to the server; returns how many watched backends were found gone (-1: none asked). */
-  private async once(): Promise<number> {
-    const live = [...this.watched].filter((w) => w.pid !== undefined && !w.fate.aborted);
+  /**
+   * One question to the server about the watched backends (those in `scope` only, when given);
+   * returns how many were found gone (-1: none asked).
+   */
+  private async once(scope?: ReadonlySet<WatchedBackend>): Promise<number> {
+    const live = [...this.watched].filter(
+      (w) => w.pid !== undefined && !w.fate.aborted && (scope === undefined || scope.has(w)),
+    );
     if (live.length === 0) return -1;
     const statement = deadBackendsStatement([...new Set(live.map((w) => w.pid as number))]);
     const rows = (await this.run(statement.text, statement.params)) as ArrayLike<{ pid: unknown }>;

@@ -190,7 +190,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
     };
     const query: QueryFn = async (text, params) => {
-      await watch.settled();
+      await watch.settled(watched);
       if (fate.aborted) throw gone();
       if ((params === undefined || params.length === 0) && maySeveral(text)) failed();
       const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
@@ -255,7 +255,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
             reject.call(self, error);
           };
         }
-        const checking = watch.settled();
+        const checking = watch.settled(watched);
         if (checking === undefined && !fate.aborted) return send(self);
         void Promise.resolve(checking).then(() => {
           if (fate.aborted) self.reject?.(gone());
@@ -380,7 +380,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       if (l.interrupt) ctx.interrupt = l.interrupt;
       ctx.ended = l.ended;
       const result = await nested.run(() => fn(ctx, openingRows));
-      await l.watch.settled();
+      await l.watch.settled(l.watched);
       if (fate.aborted) throw fate.reason;
       const committed = await l.reserved.unsafe('COMMIT');
       if (committed.command === 'ROLLBACK') {
