@@ -87,6 +87,7 @@ export type ConformanceCaseId =
   | 'scheduler.lease-stuck-claim-of-another-tick-overlaps'
   | 'scheduler.hung-lease-handler-lets-go'
   | 'scheduler.lease-runner-dies'
+  | 'scheduler.lease-fenced-write-lost-gives-back'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'

@@ -4,6 +4,7 @@
  *
  * @packageDocumentation
  */
+import { isLockkitError } from './errors.js';
 import { TaskFailure } from './lock-engine.js';
 import { sqlState } from './postgres-errors.js';
 
@@ -56,4 +57,16 @@ export function isConnectionLoss(error: unknown): boolean {
     current = wrapped(current);
   }
   return false;
+}
+
+/**
+ * True when `error` means the database went away under a call whose outcome the caller cannot
+ * take as a plain failure: the connection is lost ({@link isConnectionLoss}, or core's
+ * `CONNECTION_LOST`), or a COMMIT's answer never came (`COMMIT_OUTCOME_UNKNOWN`). Such a call may
+ * be asked about, or run, again on a new connection.
+ */
+export function isLostOrOutcomeUnknown(error: unknown): boolean {
+  if (isLockkitError(error))
+    return error.code === 'CONNECTION_LOST' || error.code === 'COMMIT_OUTCOME_UNKNOWN';
+  return isConnectionLoss(error);
 }

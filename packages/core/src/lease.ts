@@ -24,8 +24,8 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
-import { isConnectionLoss } from './connection-loss.js';
-import { isLockkitError, LeaseLostError, LockkitError } from './errors.js';
+import { isLostOrOutcomeUnknown } from './connection-loss.js';
+import { LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn, Row } from './executor.js';
 import { LockKey } from './keys.js';
@@ -414,13 +414,6 @@ export interface ClaimedLease extends LeaseRef {
 /** Pauses between a lease's record attempts after a lost connection: from, doubling up to. */
 const RECORD_RETRY_MS = [25, 400] as const;
 
-/** A lost connection, or a COMMIT whose answer never came: the record may be asked for again. */
-function lostConnection(error: unknown): boolean {
-  if (isLockkitError(error))
-    return error.code === 'CONNECTION_LOST' || error.code === 'COMMIT_OUTCOME_UNKNOWN';
-  return isConnectionLoss(error);
-}
-
 /** The holder described by a lease row, when the row has one (an IN_PROGRESS lease). */
 function holderOf(row: Row | undefined): LeaseHolder | undefined {
   if (row?.status !== 'IN_PROGRESS') return undefined;
@@ -611,7 +604,8 @@ export async function holdLease<Tx, T>(
         }
         return await recordOnce(outcome);
       } catch (error) {
-        if (!lostConnection(error)) throw error;
+        // A lost connection, or a COMMIT whose answer never came: the record may be asked for again.
+        if (!isLostOrOutcomeUnknown(error)) throw error;
         lastLoss = error;
       }
       if (remainingMs() <= 0) throw lastLoss;

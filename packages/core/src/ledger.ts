@@ -54,8 +54,12 @@ export const MAX_CATCH_UP = 1000;
  */
 export const CATCH_UP_WINDOW = 10;
 
-/** The note of a tick given back PENDING after stop() aborted its transaction-mode run. */
+/** The note of a tick given back PENDING after stop() aborted its run. */
 const GIVEN_BACK = 'given back: the scheduler stopped';
+
+/** The note of a lease-mode tick given back PENDING after its fenced write lost its connection. */
+const GIVEN_BACK_INTERRUPTED =
+  'given back: the database connection was lost under its fenced write (not the job failing)';
 
 /** The note of a tick catch-up chose to run, held PENDING for it until it runs. */
 const HELD_FOR_CATCH_UP = 'held for catch-up';
@@ -193,13 +197,23 @@ export class Ledger {
     const s =
       token === null
         ? pendingTicksStatement(this.scope, job.name, [tick], job.hash, now, GIVEN_BACK)
-        : giveBackClaimStatement(this.scope, job.name, tick, token, now);
+        : giveBackClaimStatement(this.scope, job.name, tick, token, now, GIVEN_BACK);
     await rowsOf(query, s);
   }
 
-  /** The statement of {@link Ledger.giveBack} in lease mode, recorded with the lease's end. */
-  giveBackStatement(job: LedgerJob, tick: Date, token: bigint, now: Date): Statement {
-    return giveBackClaimStatement(this.scope, job.name, tick, token, now);
+  /**
+   * The statement of {@link Ledger.giveBack} in lease mode, recorded with the lease's end: `why`
+   * the scheduler stopped, or the database went away under the run's fenced write.
+   */
+  giveBackStatement(
+    job: LedgerJob,
+    tick: Date,
+    token: bigint,
+    now: Date,
+    why: 'stopped' | 'interrupted',
+  ): Statement {
+    const note = why === 'stopped' ? GIVEN_BACK : GIVEN_BACK_INTERRUPTED;
+    return giveBackClaimStatement(this.scope, job.name, tick, token, now, note);
   }
 
   /** Gives back the ticks of lease-mode runs that did not finish under their token. */

@@ -17,7 +17,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
-import { isConnectionLoss } from './connection-loss.js';
+import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
 import { checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
@@ -1160,7 +1160,13 @@ export class Scheduler<Tx> {
       }
       const { lease, attempt } = c;
       let record = { kind: 'succeeded' } as RunRecord;
-      let givenBack = false;
+      let givenBack: 'stopped' | 'interrupted' | undefined;
+      // The error of this run's last fenced write when the database went away under it (a
+      // failover, a restart): a handler that then fails did not fail by its own fault. Recording
+      // it FAILED would lose the tick; it is given back to run again, as transaction mode's
+      // rollback leaves it to run again. (Its write may have committed with an unanswered COMMIT:
+      // lease mode runs such a tick at least once, as for a holder that dies mid-run.)
+      let interrupted: unknown;
       try {
         await holdLease(
           this.locks.executor,
@@ -1186,12 +1192,27 @@ export class Scheduler<Tx> {
             ...(job.timeoutMs !== undefined && {
               letGoAfterMs: job.timeoutMs + settings.ttlMs,
             }),
-            fenced: (fencedTask) => this.fenced(lease.token, job.name, fencedTask),
+            fenced: async (fencedTask) => {
+              try {
+                const result = await this.fenced(lease.token, job.name, fencedTask);
+                interrupted = undefined;
+                return result;
+              } catch (error) {
+                interrupted = isLostOrOutcomeUnknown(error) ? error : undefined;
+                throw error;
+              }
+            },
             alsoRecord: (result) => {
-              if (result.failed && this.stopping.signal.aborted) {
-                givenBack = true;
+              if (result.failed && (this.stopping.signal.aborted || interrupted !== undefined)) {
+                givenBack = this.stopping.signal.aborted ? 'stopped' : 'interrupted';
                 return [
-                  this.ledger.giveBackStatement(job, tick, lease.token, new Date(this.now())),
+                  this.ledger.giveBackStatement(
+                    job,
+                    tick,
+                    lease.token,
+                    new Date(this.now()),
+                    givenBack,
+                  ),
                 ];
               }
               record = result.failed ? this.failure(job, attempt, result.error) : record;
@@ -1204,7 +1225,18 @@ export class Scheduler<Tx> {
           this.emit({ type: 'lease-lost', job: job.name, tick, error });
           return { catchUp: c.catchUp, drain: true };
         }
-        if (givenBack) return NOTHING;
+        if (givenBack === 'stopped') return NOTHING;
+        if (givenBack === 'interrupted') {
+          // Not the job failing: an error event, and the tick runs again once it is due (any
+          // node's drain finds it PENDING; this node tries again after retryDelayMs).
+          this.emit({ type: 'error', job: job.name, tick, error });
+          this.retryLater(job, tick, {
+            kind: 'retry',
+            error: describeError(error),
+            retryAt: new Date(this.now() + job.retryDelayMs),
+          });
+          return { catchUp: c.catchUp, drain: false };
+        }
         if (record.kind === 'succeeded') throw error; // not the handler's failure
         this.emit({
           type: 'failed',

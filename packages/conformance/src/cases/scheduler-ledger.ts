@@ -236,6 +236,53 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.lease-fenced-write-lost-gives-back',
+    'lease mode: a handler whose fenced write lost its connection (a failover, a server restart) failed because the database went away, not by its own fault: the tick is given back and run again, never recorded FAILED and lost',
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const failed: SchedulerEvent[] = [];
+        const errors: SchedulerEvent[] = [];
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        let calls = 0;
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'lease') throw new Error('mode');
+            const call = ++calls;
+            await run.lease.fenced(async (_tx, query) => {
+              // The first attempt's connection dies under its fenced write, as in a failover.
+              if (call === 1) await query('SELECT pg_terminate_backend(pg_backend_pid())');
+              await query(`INSERT INTO "${schema}".executions VALUES ('job', $1, 'a')`, [
+                run.tick.toISOString(),
+              ]);
+            });
+          },
+          { mode: 'lease', lease: { ttlMs: 10_000 } },
+        );
+        a.on('failed', (e) => failed.push(e));
+        a.on('error', (e) => errors.push(e));
+        await a.runTick('job', at(0));
+        expect(calls).toBe(1);
+        expect(failed, 'a connection lost under the fenced write is not the job failing').toEqual(
+          [],
+        );
+        expect(errors.length, 'the interrupted run is reported as an error event').toBe(1);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['PENDING']);
+        // Given back: the next firing (here the same node; any node's drain or catch-up) runs it.
+        await a.runTick('job', at(0));
+        expect(calls).toBe(2);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+        const ran = await f.observer.query(`SELECT 1 FROM "${schema}".executions`);
+        expect(ran.length).toBe(1);
+        await a.stop();
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.lease-fast-clock-waits',
     'lease mode: a node whose clock runs ahead fires the next tick while the previous tick still runs elsewhere; it waits (up to claimTimeoutMs) for that run to end and runs the tick, never recording it skipped',
     () =>

@@ -197,8 +197,9 @@ export function finishTickStatement(
 }
 
 /**
- * Gives a lease-mode run's tick back (stop() aborted it): PENDING again from `now`, the attempt
- * not counted. Only under the run's own token. One row when given back.
+ * Gives a lease-mode run's tick back — stop() aborted it, or the database went away under its
+ * fenced write — PENDING again from `now`, the attempt not counted, `note` saying why. Only under
+ * the run's own token. One row when given back.
  */
 export function giveBackClaimStatement(
   { schema, namespace }: LedgerScope,
@@ -206,14 +207,15 @@ export function giveBackClaimStatement(
   tick: Date,
   token: bigint,
   now: Date,
+  note: string,
 ): Statement {
   return {
     text: `UPDATE ${schema}.runs
               SET status = 'PENDING', attempt = attempt - 1, retry_at = $5, owner = NULL,
-                  token = NULL, started_at = NULL, error = 'given back: the scheduler stopped'
+                  token = NULL, started_at = NULL, error = $6
             WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING' AND token = $4::int8
            RETURNING tick`,
-    params: [namespace, job, iso(tick), String(token), iso(now)],
+    params: [namespace, job, iso(tick), String(token), iso(now), note],
   };
 }
 
