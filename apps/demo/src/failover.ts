@@ -313,10 +313,15 @@ async function judge(
       run_id: string;
       worker: string;
     }>(`SELECT job, tick, run_id, worker FROM "${SCHEMA}".executions`);
-    const { rows: ledger } = await client.query<{ job: string; tick: Date; status: string }>(
-      `SELECT job, tick, status FROM "${SCHEMA}".runs WHERE tick BETWEEN $1 AND $2`,
-      [new Date(window.from), new Date(window.to)],
-    );
+    const { rows: ledger } = await client.query<{
+      job: string;
+      tick: Date;
+      status: string;
+      error: string | null;
+    }>(`SELECT job, tick, status, error FROM "${SCHEMA}".runs WHERE tick BETWEEN $1 AND $2`, [
+      new Date(window.from),
+      new Date(window.to),
+    ]);
     // Runs of each tick on the survivor, and which of them a worker saw complete ('ran').
     const completedAt = new Map(
       messages.filter((m) => m.type === 'ran' && m.runId).map((m) => [m.runId as string, m.at]),
@@ -335,12 +340,14 @@ async function judge(
     }
     const runsOf = (id: string) => rowsOf.get(id)?.length ?? 0;
     const status = new Map(ledger.map((r) => [`${r.job}@${new Date(r.tick).getTime()}`, r.status]));
+    const errorOf = new Map(ledger.map((r) => [`${r.job}@${new Date(r.tick).getTime()}`, r.error]));
     let due = 0;
     let executed = 0;
     let missed = 0;
     let overlapSkipped = 0;
     let failed = 0;
     const missedTicks: string[] = [];
+    const failedTicks: string[] = [];
     for (const job of jobs) {
       for (let tick = window.from; tick <= window.to; tick += 1000) {
         const id = `${job}@${tick}`;
@@ -351,8 +358,10 @@ async function judge(
         }
         const s = status.get(id);
         if (s === 'SKIPPED_OVERLAP') overlapSkipped++;
-        else if (s === 'FAILED') failed++;
-        else {
+        else if (s === 'FAILED') {
+          failed++;
+          if (failedTicks.length < 10) failedTicks.push(`${id} (${errorOf.get(id) ?? ''})`);
+        } else {
           missed++;
           if (missedTicks.length < 10) missedTicks.push(`${id} (${s ?? 'no ledger row'})`);
         }
@@ -494,6 +503,7 @@ async function judge(
       leakedLocks,
       leakedConnections,
       ...(missedTicks.length > 0 && { missedTicks }),
+      ...(failedTicks.length > 0 && { failedTicks }),
       ...(duplicateTicks.length > 0 && { duplicateTicks }),
       ...(lostRuns.length > 0 && {
         lostTicks: lostRuns.slice(0, 10).map((m) => `${m.job}@${m.tick}`),
@@ -513,6 +523,7 @@ async function judge(
           `  replication lag at the kill: ${lag.bytes} bytes, replay lag ${lag.replayLagMs ?? '—'} ms (${lag.syncState})`,
           `  leaks at the end: ${leakedLocks} advisory locks, ${leakedConnections} connections`,
           ...(missedTicks.length ? [`  missed: ${missedTicks.join(', ')}`] : []),
+          ...(failedTicks.length ? [`  failed: ${failedTicks.join(', ')}`] : []),
           ...(duplicateTicks.length ? [`  run more than once: ${duplicateTicks.join(', ')}`] : []),
           ...(reissued.length ? [`  issued twice: ${JSON.stringify(reissuedExamples)}`] : []),
           '',

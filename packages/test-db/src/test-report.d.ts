@@ -5,6 +5,11 @@ export interface TestCounts {
   readonly failed: number;
   /** Skipped and todo tests. */
   readonly skipped: number;
+  /**
+   * Known defects run as `it.fails` (marked `meta.expectedFailure`) that failed as expected: not
+   * in `passed`. Absent in counts made by hand means none.
+   */
+  readonly expectedFailures?: number;
 }
 
 /** One vitest JSON report, named by its path under the folder without `.json` (`env/core`). */
@@ -17,5 +22,5 @@ export declare function readTestReports(
   folder: string,
 ): TestCounts & { readonly reports: readonly TestReport[] };
 
-/** `N passed, N failed, N skipped`. */
+/** `N passed, N failed, N skipped`, and `, N expected failures (…)` when there are any. */
 export declare function formatCounts(counts: TestCounts): string;

@@ -77,6 +77,18 @@ describe('readTestReports', () => {
     ]);
   });
 
+  it('counts known defects run as it.fails apart: never among the passes', () => {
+    const r0 = report([['passed', 'passed', 'passed']]);
+    // The third ran as `it.fails` and failed as expected: vitest counts it passed.
+    const results = r0.testResults[0]?.assertionResults as { status: string; meta?: object }[];
+    (results[2] as { meta?: object }).meta = { expectedFailure: true };
+    const r = readTestReports(folderWith({ 'env/postgres.json': r0 }));
+    expect(r).toMatchObject({ passed: 2, failed: 0, skipped: 0, expectedFailures: 1 });
+    expect(formatCounts(r)).toBe(
+      '2 passed, 0 failed, 0 skipped, 1 expected failures (known defects, it.fails)',
+    );
+  });
+
   it('counts a test file that failed outside any test (an import error) as a failure', () => {
     const r = readTestReports(
       folderWith({ 'cli.json': report([['passed']], { loadError: true }) }),
