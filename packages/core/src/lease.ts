@@ -25,9 +25,9 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { isLockkitError, LeaseLostError, LockkitError } from './errors.js';
+import { ConnectionLostError, isLockkitError, LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
-import type { LockExecutor, QueryFn, Row } from './executor.js';
+import type { LockExecutor, QueryFn, Row, TransactionContext } from './executor.js';
 import { LockKey } from './keys.js';
 import { fromPostgresError } from './postgres-errors.js';
 import {
@@ -474,8 +474,12 @@ export async function fencedWrite<Tx, T>(
   const what = `fenced write of ${lease.namespace}/${lease.jobKey}`;
   // Set once the task has succeeded on a live connection: what fails after it is the COMMIT.
   let committing = false;
+  // The transaction's context, and the task's own error, for telling a lost connection below.
+  let context: TransactionContext<Tx> | undefined;
+  let taskError: { readonly error: unknown } | undefined;
   try {
     return await executor.transaction(async (ctx) => {
+      context = ctx;
       const { query, tx } = ctx;
       // The fence's own failure is lockkit's to name (a standby refuses it with 25006); the
       // task's errors stay the task's.
@@ -488,18 +492,48 @@ export async function fencedWrite<Tx, T>(
           lease.token,
         );
       }
-      const result = await task(tx, query);
+      let result: T;
+      try {
+        result = await task(tx, query);
+      } catch (error) {
+        taskError = { error };
+        throw error;
+      }
       // A write the task's caught error rolled back must not be reported as written.
       await checkCommittable(executor, ctx, what, fenced[0]?.began);
       committing = !(ctx.lost ?? ctx.signal.aborted);
       return result;
     });
   } catch (error) {
-    throw (
-      (committing && (commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what))) ||
-      error
-    );
+    if (committing)
+      throw commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what) ?? error;
+    throw connectionLostBeforeCommit(error, context, taskError, what) ?? error;
   }
+}
+
+/**
+ * A fenced write's failure before its COMMIT was sent, when it is the loss of the transaction's
+ * connection: a {@link ConnectionLostError} (the transaction rolled back, nothing was written)
+ * instead of the driver's raw error — lockkit's own statements (BEGIN, the fence) hit the dead
+ * link, or the executor saw the connection go while the task ran. The task's own error on a
+ * live connection passes unchanged (it may come from a connection of the task's own); undefined
+ * when the failure is not a lost connection.
+ */
+function connectionLostBeforeCommit(
+  error: unknown,
+  context: Pick<TransactionContext<unknown>, 'signal' | 'lost'> | undefined,
+  taskError: { readonly error: unknown } | undefined,
+  what: string,
+): ConnectionLostError | undefined {
+  if (error instanceof LockkitError) return undefined;
+  const lost = context?.lost ?? context?.signal.aborted ?? false;
+  if (!lost && (taskError?.error === error || !isConnectionLoss(error))) return undefined;
+  const mapped = fromPostgresError(error, what);
+  if (mapped instanceof ConnectionLostError) return mapped;
+  return new ConnectionLostError(
+    `${what}: the connection was lost before COMMIT was sent; the transaction rolled back and nothing was written.`,
+    { cause: error },
+  );
 }
 
 /** How a run's task ended. */

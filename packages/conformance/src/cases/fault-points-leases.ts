@@ -26,7 +26,6 @@ import {
   isLockkitError,
   type LeaseContext,
   type LeaseResult,
-  type LockClient,
   type LockkitEvent,
 } from '@lockkit/core';
 import { afterAll, expect, onTestFinished } from 'vitest';
