@@ -366,7 +366,11 @@ async function searchLeaseFaultPoints<Tx, Session>(
    * the lease valid or the run's claim transaction holds the job's lock; run otherwise; never
    * waiting on the held party.
    */
-  const rivalClaim = async (): Promise<{ found: string[]; saw: LeaseRow | undefined }> => {
+  const rivalClaim = async (): Promise<{
+    found: string[];
+    saw: LeaseRow | undefined;
+    ran: boolean;
+  }> => {
     const row = await leaseRow();
     const locked = (await f.observer.locksOf(f.applicationName)).some((l) => l.granted);
     const mustRefuse = row?.valid === true || locked;
@@ -386,7 +390,7 @@ async function searchLeaseFaultPoints<Tx, Session>(
     found.push(
       ...(await judgeLeftovers(f.observer, rivalName, rivalInstance)).map((v) => `rival: ${v}`),
     );
-    return { found, saw: row };
+    return { found, saw: row, ran: outcome.kind === 'resolved' && outcome.value.executed };
   };
 
   const only = boundaryFromEnv();
@@ -404,6 +408,8 @@ async function searchLeaseFaultPoints<Tx, Session>(
     // The lease row as the rival found it, when one claimed: a run whose finish had committed
     // then may see the rival's later claim in the row once it settles.
     let rivalSaw: LeaseRow | undefined;
+    // How the rival fared, for the log: '+' it ran, '-' it was refused.
+    let rivalMark = '';
     const trap = proxy.trapStatement(k, fault.wire);
     const call = settle(searched(run, seen, controller.signal));
     const first = await Promise.race([trap.fired, watched(call).then(() => undefined)]);
@@ -421,6 +427,7 @@ async function searchLeaseFaultPoints<Tx, Session>(
         const rivalled = await rivalClaim();
         found.push(...rivalled.found);
         rivalSaw = rivalled.saw;
+        rivalMark = rivalled.ran ? ' rival+' : ' rival-';
       }
       if (fault.action === 'abort') {
         controller.abort(new Error('the caller gave up (fault point)'));
@@ -435,7 +442,7 @@ async function searchLeaseFaultPoints<Tx, Session>(
       trap.release();
     }
     const outcome = await watched(call);
-    outcomes.push(`${k}:${outcomeName(outcome)}`);
+    outcomes.push(`${k}:${outcomeName(outcome)}${rivalMark}`);
     const row = await leaseRow();
     // This run's token: what its task saw, or — the task never started — a token the row shows
     // that nobody had before (only this run claimed since).
