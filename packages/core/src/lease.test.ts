@@ -93,3 +93,61 @@ describe('tokenParts', () => {
     }
   });
 });
+
+describe('withFencedWrite and a lost connection', () => {
+  const lease = { namespace: 'ns', jobKey: 'job', token: 5n };
+  const dead = () => new Error('Connection terminated unexpectedly');
+
+  /**
+   * An executor whose one transaction fails as told: `begin` rejects before the callback runs,
+   * `fence` rejects the first statement, `lost` reports the connection gone; otherwise the fence
+   * finds the lease held.
+   */
+  const fenced = (how: { begin?: Error; fence?: Error; lost?: boolean }) =>
+    createLockClient({
+      name: 'scripted',
+      transaction: async (fn) => {
+        if (how.begin) throw how.begin;
+        const query = async () => {
+          if (how.fence) throw how.fence;
+          return [{ valid: 1 }];
+        };
+        return fn({
+          query,
+          tx: undefined,
+          signal: new AbortController().signal,
+          ...(how.lost !== undefined && { lost: how.lost }),
+        });
+      },
+    } satisfies LockExecutor);
+
+  it('rejects CONNECTION_LOST, its driver error as the cause, when BEGIN meets a dead link', async () => {
+    const begin = dead();
+    const error = await fenced({ begin })
+      .withFencedWrite(lease, () => 1)
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST', cause: begin });
+  });
+
+  it('rejects CONNECTION_LOST when the fence meets a dead link', async () => {
+    const error = await fenced({ fence: dead() })
+      .withFencedWrite(lease, () => 1)
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST' });
+  });
+
+  it("rejects CONNECTION_LOST when the task fails because the transaction's connection is gone", async () => {
+    const error = await fenced({ lost: true })
+      .withFencedWrite(lease, () => Promise.reject(dead()))
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST' });
+  });
+
+  it("passes the task's own error unchanged while the transaction's connection lives", async () => {
+    const own = dead();
+    const error = await fenced({ lost: false })
+      .withFencedWrite(lease, () => Promise.reject(own))
+      .catch((e: unknown) => e);
+    expect(error).toBe(own);
+  });
+});
