@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LockExecutor } from './executor.js';
-import { tokenParts } from './lease.js';
+import { Heartbeat, leaseSettings, tokenParts } from './lease.js';
 import { createLockClient } from './lock.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
@@ -149,5 +149,62 @@ describe('withFencedWrite and a lost connection', () => {
       .withFencedWrite(lease, () => Promise.reject(own))
       .catch((e: unknown) => e);
     expect(error).toBe(own);
+  });
+});
+
+describe('Heartbeat.stop and a renewal that is never answered', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('resolves at the local deadline instead of waiting for it forever', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    // ttl 1000, margin 200: the deadline is 800 ms after the claim was sent.
+    const s = leaseSettings({ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 100 });
+    let renewals = 0;
+    const beats = new Heartbeat(
+      () => {
+        renewals++;
+        return new Promise<boolean>(() => {}); // the driver lost the request: never answered
+      },
+      s,
+      () => {},
+      performance.now(),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    expect(renewals).toBe(1);
+    let stopped = false;
+    void beats.stop().then(() => {
+      stopped = true;
+    });
+    await vi.advanceTimersByTimeAsync(650);
+    expect(stopped).toBe(false);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(stopped).toBe(true);
+  });
+
+  it('resolves as soon as the renewal in flight is answered', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    const s = leaseSettings({ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 100 });
+    let answer!: (renewed: boolean) => void;
+    const beats = new Heartbeat(
+      () =>
+        new Promise<boolean>((resolve) => {
+          answer = resolve;
+        }),
+      s,
+      () => {},
+      performance.now(),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    let stopped = false;
+    void beats.stop().then(() => {
+      stopped = true;
+    });
+    await vi.advanceTimersByTimeAsync(10);
+    expect(stopped).toBe(false);
+    answer(true);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(stopped).toBe(true);
   });
 });

@@ -294,9 +294,9 @@ const describeError = (error: unknown): string =>
  * successful claim or renewal was sent, plus `ttlMs`, minus `safetyMarginMs`, on the monotonic
  * clock. The database's expiry is at least `ttlMs` after that send, so a holder that stops at its
  * deadline stops at least the margin before anyone else can claim. When a lost lease is noticed
- * is the holder's business (`lose`); this only reports why.
+ * is the holder's business (`lose`); this only reports why. @internal
  */
-class Heartbeat {
+export class Heartbeat {
   private deadline: number;
   private renewTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
@@ -395,12 +395,26 @@ class Heartbeat {
     this.schedule(Math.max(performance.now(), sentAt + this.s.renewEveryMs));
   }
 
-  /** Stops renewing; resolves once a renewal in flight has been answered. */
+  /**
+   * Stops renewing; resolves once a renewal in flight has been answered, or at the local deadline
+   * if it has not been by then. A renewal whose answer never comes — a driver that lost the
+   * request with its broken connection (postgres.js drops a `reserve()` queued on a pool of one
+   * when the connection under it is cut) — must not hold the run's end forever: past the
+   * deadline the lease counts as lost whatever that renewal would have said.
+   */
   stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.renewTimer);
     clearTimeout(this.deadlineTimer);
-    return this.beating ?? Promise.resolve();
+    const beating = this.beating;
+    if (beating === undefined) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, this.remaining()));
+      void beating.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 }
 
