@@ -14,7 +14,8 @@ export type FaultProtocolId =
   | 'with-lock-wait-exclusive'
   | 'with-lock-wait-shared'
   | 'with-session-lock-try'
-  | 'with-session-lock-wait';
+  | 'with-session-lock-wait'
+  | 'run-with-lease';
 
 /**
  * The faults the fault-point group puts at each statement boundary: the link cut before the

@@ -1,6 +1,6 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LockExecutor } from './executor.js';
-import { tokenParts } from './lease.js';
+import { Heartbeat, leaseSettings, tokenParts } from './lease.js';
 import { createLockClient } from './lock.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
@@ -91,5 +91,120 @@ describe('tokenParts', () => {
     for (const bad of [-1n, 2n ** 63n, 3 as unknown as bigint]) {
       expect(() => tokenParts(bad)).toThrow(expect.objectContaining({ code: 'OPTION_INVALID' }));
     }
+  });
+});
+
+describe('withFencedWrite and a lost connection', () => {
+  const lease = { namespace: 'ns', jobKey: 'job', token: 5n };
+  const dead = () => new Error('Connection terminated unexpectedly');
+
+  /**
+   * An executor whose one transaction fails as told: `begin` rejects before the callback runs,
+   * `fence` rejects the first statement, `lost` reports the connection gone; otherwise the fence
+   * finds the lease held.
+   */
+  const fenced = (how: { begin?: Error; fence?: Error; lost?: boolean }) =>
+    createLockClient({
+      name: 'scripted',
+      transaction: async (fn) => {
+        if (how.begin) throw how.begin;
+        const query = async () => {
+          if (how.fence) throw how.fence;
+          return [{ valid: 1 }];
+        };
+        return fn({
+          query,
+          tx: undefined,
+          signal: new AbortController().signal,
+          ...(how.lost !== undefined && { lost: how.lost }),
+        });
+      },
+    } satisfies LockExecutor);
+
+  it('rejects CONNECTION_LOST, its driver error as the cause, when BEGIN meets a dead link', async () => {
+    const begin = dead();
+    const error = await fenced({ begin })
+      .withFencedWrite(lease, () => 1)
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST', cause: begin });
+  });
+
+  it('rejects CONNECTION_LOST when the fence meets a dead link', async () => {
+    const error = await fenced({ fence: dead() })
+      .withFencedWrite(lease, () => 1)
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST' });
+  });
+
+  it("rejects CONNECTION_LOST when the task fails because the transaction's connection is gone", async () => {
+    const error = await fenced({ lost: true })
+      .withFencedWrite(lease, () => Promise.reject(dead()))
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST' });
+  });
+
+  it("passes the task's own error unchanged while the transaction's connection lives", async () => {
+    const own = dead();
+    const error = await fenced({ lost: false })
+      .withFencedWrite(lease, () => Promise.reject(own))
+      .catch((e: unknown) => e);
+    expect(error).toBe(own);
+  });
+});
+
+describe('Heartbeat.stop and a renewal that is never answered', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('resolves at the local deadline instead of waiting for it forever', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    // ttl 1000, margin 200: the deadline is 800 ms after the claim was sent.
+    const s = leaseSettings({ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 100 });
+    let renewals = 0;
+    const beats = new Heartbeat(
+      () => {
+        renewals++;
+        return new Promise<boolean>(() => {}); // the driver lost the request: never answered
+      },
+      s,
+      () => {},
+      performance.now(),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    expect(renewals).toBe(1);
+    let stopped = false;
+    void beats.stop().then(() => {
+      stopped = true;
+    });
+    await vi.advanceTimersByTimeAsync(650);
+    expect(stopped).toBe(false);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(stopped).toBe(true);
+  });
+
+  it('resolves as soon as the renewal in flight is answered', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    const s = leaseSettings({ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 100 });
+    let answer!: (renewed: boolean) => void;
+    const beats = new Heartbeat(
+      () =>
+        new Promise<boolean>((resolve) => {
+          answer = resolve;
+        }),
+      s,
+      () => {},
+      performance.now(),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    let stopped = false;
+    void beats.stop().then(() => {
+      stopped = true;
+    });
+    await vi.advanceTimersByTimeAsync(10);
+    expect(stopped).toBe(false);
+    answer(true);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(stopped).toBe(true);
   });
 });

@@ -24,10 +24,10 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
-import { isLostOrOutcomeUnknown } from './connection-loss.js';
-import { LeaseLostError, LockkitError } from './errors.js';
+import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
+import { ConnectionLostError, isLockkitError, LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
-import type { LockExecutor, QueryFn, Row } from './executor.js';
+import type { LockExecutor, QueryFn, Row, TransactionContext } from './executor.js';
 import { LockKey } from './keys.js';
 import { fromPostgresError } from './postgres-errors.js';
 import {
@@ -294,9 +294,9 @@ const describeError = (error: unknown): string =>
  * successful claim or renewal was sent, plus `ttlMs`, minus `safetyMarginMs`, on the monotonic
  * clock. The database's expiry is at least `ttlMs` after that send, so a holder that stops at its
  * deadline stops at least the margin before anyone else can claim. When a lost lease is noticed
- * is the holder's business (`lose`); this only reports why.
+ * is the holder's business (`lose`); this only reports why. @internal
  */
-class Heartbeat {
+export class Heartbeat {
   private deadline: number;
   private renewTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
@@ -395,12 +395,26 @@ class Heartbeat {
     this.schedule(Math.max(performance.now(), sentAt + this.s.renewEveryMs));
   }
 
-  /** Stops renewing; resolves once a renewal in flight has been answered. */
+  /**
+   * Stops renewing; resolves once a renewal in flight has been answered, or at the local deadline
+   * if it has not been by then. A renewal whose answer never comes — a driver that lost the
+   * request with its broken connection (postgres.js drops a `reserve()` queued on a pool of one
+   * when the connection under it is cut) — must not hold the run's end forever: past the
+   * deadline the lease counts as lost whatever that renewal would have said.
+   */
   stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.renewTimer);
     clearTimeout(this.deadlineTimer);
-    return this.beating ?? Promise.resolve();
+    const beating = this.beating;
+    if (beating === undefined) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, this.remaining()));
+      void beating.then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 }
 
@@ -467,8 +481,12 @@ export async function fencedWrite<Tx, T>(
   const what = `fenced write of ${lease.namespace}/${lease.jobKey}`;
   // Set once the task has succeeded on a live connection: what fails after it is the COMMIT.
   let committing = false;
+  // The transaction's context, and the task's own error, for telling a lost connection below.
+  let context: TransactionContext<Tx> | undefined;
+  let taskError: { readonly error: unknown } | undefined;
   try {
     return await executor.transaction(async (ctx) => {
+      context = ctx;
       const { query, tx } = ctx;
       // The fence's own failure is lockkit's to name (a standby refuses it with 25006); the
       // task's errors stay the task's.
@@ -481,18 +499,48 @@ export async function fencedWrite<Tx, T>(
           lease.token,
         );
       }
-      const result = await task(tx, query);
+      let result: T;
+      try {
+        result = await task(tx, query);
+      } catch (error) {
+        taskError = { error };
+        throw error;
+      }
       // A write the task's caught error rolled back must not be reported as written.
       await checkCommittable(executor, ctx, what, fenced[0]?.began);
       committing = !(ctx.lost ?? ctx.signal.aborted);
       return result;
     });
   } catch (error) {
-    throw (
-      (committing && (commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what))) ||
-      error
-    );
+    if (committing)
+      throw commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what) ?? error;
+    throw connectionLostBeforeCommit(error, context, taskError, what) ?? error;
   }
+}
+
+/**
+ * A fenced write's failure before its COMMIT was sent, when it is the loss of the transaction's
+ * connection: a {@link ConnectionLostError} (the transaction rolled back, nothing was written)
+ * instead of the driver's raw error — lockkit's own statements (BEGIN, the fence) hit the dead
+ * link, or the executor saw the connection go while the task ran. The task's own error on a
+ * live connection passes unchanged (it may come from a connection of the task's own); undefined
+ * when the failure is not a lost connection.
+ */
+function connectionLostBeforeCommit(
+  error: unknown,
+  context: Pick<TransactionContext<unknown>, 'signal' | 'lost'> | undefined,
+  taskError: { readonly error: unknown } | undefined,
+  what: string,
+): ConnectionLostError | undefined {
+  if (error instanceof LockkitError) return undefined;
+  const lost = context?.lost ?? context?.signal.aborted ?? false;
+  if (!lost && (taskError?.error === error || !isConnectionLoss(error))) return undefined;
+  const mapped = fromPostgresError(error, what);
+  if (mapped instanceof ConnectionLostError) return mapped;
+  return new ConnectionLostError(
+    `${what}: the connection was lost before COMMIT was sent; the transaction rolled back and nothing was written.`,
+    { cause: error },
+  );
 }
 
 /** How a run's task ended. */

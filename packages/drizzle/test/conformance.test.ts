@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import {
   faultPointCaseIds,
+  LEASE_FAULT_PROTOCOLS,
   runConformance,
   SESSION_FAULT_PROTOCOLS,
   TRANSACTION_FAULT_PROTOCOLS,
@@ -45,7 +46,7 @@ runConformance({
   disable: {
     ...faultPointCaseIds(
       ['terminated'],
-      [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS],
+      [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS, ...LEASE_FAULT_PROTOCOLS],
       POSTGRES_JS_STALE_FATAL,
     ),
     'truth.pool-of-one-abort':

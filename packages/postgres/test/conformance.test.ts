@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import {
   faultPointCaseIds,
+  LEASE_FAULT_PROTOCOLS,
   runConformance,
   SESSION_FAULT_PROTOCOLS,
   TRANSACTION_FAULT_PROTOCOLS,
@@ -78,15 +79,16 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
  * is a `sql.reserve()`, the reserve rejects CONNECTION_LOST and its request stays queued, so the
  * reconnected connection is later handed to the rejected promise: the slot is lost to the pool
  * (a retried reserve on a pool of one waits forever — measured). Not fixable from the adapter
- * without postgres.js's internals. Direct (prepare: true) it fails at boundary 0 every time: run
- * as expected failures; through PgBouncer (prepare: false) where it fails varies: skipped visibly.
+ * without postgres.js's internals. Direct (prepare: true) it fails at boundary 0 every time (the
+ * lease run too: the call after the terminated claim gets CONNECTION_LOST): run as expected
+ * failures; through PgBouncer (prepare: false) where it fails varies: skipped visibly.
  */
 const staleFatal = (prepare: boolean) => {
   const reason =
     "known defect (postgres.js): a terminated backend's FATAL (57P01) outlives its connection and rejects the slot's next sql.reserve() CONNECTION_LOST, leaking that slot";
   const ids = faultPointCaseIds(
     ['terminated'],
-    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS],
+    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS, ...LEASE_FAULT_PROTOCOLS],
     reason,
   );
   return prepare ? { expectedFailures: ids } : { disable: ids };

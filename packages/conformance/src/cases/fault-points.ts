@@ -187,13 +187,14 @@ const FAULTS: readonly {
 ];
 
 /** Lets every callback queued so far (an abort's listeners, their first writes) run. */
-const drain = () => new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
+export const drain = () =>
+  new Promise<void>((resolve) => setImmediate(() => setImmediate(resolve)));
 
 /** Bounds a call that never settles, so that the violation names its point instead of a timeout. */
 const WATCHDOG_MS = 5000;
 
 /** The boundary to replay alone, from `LOCKKIT_TEST_FAULT_BOUNDARY`, or undefined for all. */
-function boundaryFromEnv(): number | undefined {
+export function boundaryFromEnv(): number | undefined {
   const raw = process.env.LOCKKIT_TEST_FAULT_BOUNDARY;
   if (raw === undefined || raw === '') return undefined;
   const k = Number(raw);
@@ -203,7 +204,7 @@ function boundaryFromEnv(): number | undefined {
 }
 
 /** The first words of a statement, for naming a boundary. */
-const head = (statement: WireStatement | undefined): string =>
+export const head = (statement: WireStatement | undefined): string =>
   statement === undefined ? '?' : statement.text.replace(/\s+/g, ' ').trim().slice(0, 60);
 
 /**
@@ -383,7 +384,7 @@ async function searchWith<Tx, Session>(
 }
 
 /** `outcome`, or a rejection standing for "never settled" after {@link WATCHDOG_MS}. */
-function withWatchdog(outcome: Promise<Settled>): Promise<Settled> {
+export function withWatchdog(outcome: Promise<Settled>): Promise<Settled> {
   return bounded(outcome, {
     kind: 'rejected',
     error: new Error(`the call did not settle within ${WATCHDOG_MS} ms`),
@@ -391,7 +392,7 @@ function withWatchdog(outcome: Promise<Settled>): Promise<Settled> {
 }
 
 /** `promise`, or `late` once `ms` (default {@link WATCHDOG_MS}) have passed without it settling. */
-async function bounded<T>(promise: Promise<T>, late: T, ms = WATCHDOG_MS): Promise<T> {
+export async function bounded<T>(promise: Promise<T>, late: T, ms = WATCHDOG_MS): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const watchdog = new Promise<T>((resolve) => {
     timer = setTimeout(() => resolve(late), ms);
