@@ -3,14 +3,18 @@
  *
  * @packageDocumentation
  */
-import type { Cron } from 'croner';
-import { DEFAULT_TIMEZONE, parseSchedule, type ScheduleOptions } from './cron-schedule.js';
+import {
+  type CronSchedule,
+  DEFAULT_TIMEZONE,
+  parseSchedule,
+  type ScheduleOptions,
+} from './cron-schedule.js';
 import { scheduleHash } from './ledger.js';
 
-/** One schedule as jobs share it: croner's parse and the ledger's hash of how it is read. */
+/** One schedule as jobs share it: the parsed schedule and the ledger's hash of how it is read. */
 export interface BookedSchedule {
-  /** The parsed schedule (its field tables shared with every other schedule's, `cron-tables.ts`). */
-  readonly cron: Cron;
+  /** The parsed schedule (croner's parse held only while asked recently, `cron-schedule.ts`). */
+  readonly cron: CronSchedule;
   /** {@link scheduleHash} of the expression, time zone and day-field rule. */
   readonly hash: string;
 }
