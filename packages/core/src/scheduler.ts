@@ -15,10 +15,9 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { checkFiresAfter } from './cron-schedule.js';
+import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -53,6 +52,7 @@ import {
   SAVEPOINT,
 } from './sql/scheduler.js';
 import { TickTimer } from './tick-timer.js';
+import { WakeQueue } from './wake-queue.js';
 import { timelineSource } from './wal-timeline.js';
 
 export { SCHEDULER_NAMESPACE };
@@ -245,7 +245,7 @@ interface Job<Tx> extends LedgerJob {
    * registration, where 10,000 jobs made 10,000 digests and kept 10,000 strings unused.
    */
   nameHash: string | undefined;
-  readonly cron: Cron;
+  readonly cron: CronSchedule;
   readonly cronText: string;
   readonly timezone: string;
   readonly handler: JobHandler<Tx>;
@@ -259,7 +259,7 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer: TickTimer | undefined;
+  timer: TickTimer<Job<Tx>> | undefined;
   /** The last conflict reported, so that one conflict is reported once. */
   conflict: string | undefined;
 }
@@ -367,6 +367,10 @@ export class Scheduler<Tx> {
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
+  /** Where every job's tick timer waits: one clock timer for all the jobs, not one a job. */
+  private readonly wakeQueue: WakeQueue;
+  /** Every tick timer's `onTick`: one function for all the jobs, not a closure a job. */
+  private readonly onTick = (tick: Date, job: Job<Tx>): void => this.track(this.fire(job, tick));
   private readonly now: () => number;
   private readonly retentionMs: number;
   private readonly graceMs: number;
@@ -393,6 +397,7 @@ export class Scheduler<Tx> {
     this.clock =
       now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
     this.now = () => this.clock.now();
+    this.wakeQueue = new WakeQueue(this.clock);
     this.ownerOnlyLease = Object.freeze({ owner: this.owner });
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
@@ -675,8 +680,10 @@ export class Scheduler<Tx> {
     if (this.stopping.signal.aborted) return;
     job.timer = new TickTimer(job.cron, {
       clock: this.clock,
+      queue: this.wakeQueue,
       jitterMs: job.jitterMs,
-      onTick: (tick) => this.track(this.fire(job, tick)),
+      onTick: this.onTick,
+      subject: job,
     });
     job.timer.start();
   }
