@@ -33,10 +33,11 @@ export class ScheduleBook {
   ] as const;
 
   /**
-   * The schedule of `cron` read with `options`, parsed the first time it is asked for.
+   * The schedule of `cron` read with `options`, parsed the first time it is asked for, when its
+   * first tick after `from` is looked up and remembered (the registering job asks just that).
    * @throws croner's error for an invalid expression or time zone (see {@link parseSchedule}).
    */
-  get(cron: string, options: ScheduleOptions): BookedSchedule {
+  get(cron: string, options: ScheduleOptions, from: Date): BookedSchedule {
     const domAndDow = options.domAndDow === true;
     const timezone = options.timezone ?? DEFAULT_TIMEZONE;
     const byZone = this.byRule[domAndDow ? 1 : 0];
@@ -44,7 +45,7 @@ export class ScheduleBook {
     let booked = byCron?.get(cron);
     if (booked === undefined) {
       booked = {
-        cron: parseSchedule(cron, options),
+        cron: parseSchedule(cron, options, from),
         hash: scheduleHash(cron, timezone, domAndDow),
       };
       if (byCron === undefined) {

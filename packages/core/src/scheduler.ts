@@ -485,7 +485,7 @@ export class Scheduler<Tx> {
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
     const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
     try {
-      booked = this.schedules.get(cron, reading);
+      booked = this.schedules.get(cron, reading, new Date(this.now()));
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
