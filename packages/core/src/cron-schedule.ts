@@ -67,7 +67,7 @@ function cronSettings(options: ScheduleOptions): CronOptions {
  * How many schedules keep croner's parse between two look-ups: the most recently asked. A parse
  * held costs about 600 bytes (croner's `Cron`, its state and pattern objects; the field tables are
  * shared, `cron-tables.ts`); 10,000 distinct schedules all held cost 6 MB. One not held is parsed
- * again when its next tick is asked, about 50 µs in UTC: once per tick, next to the tick's own
+ * again when its next tick is asked, about 50–80 µs in UTC: once per tick, next to the tick's own
  * database transaction.
  */
 export const RECENT_PARSES = 256;
