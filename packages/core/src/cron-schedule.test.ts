@@ -8,7 +8,7 @@
 import { Cron } from 'croner';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { parseSchedule } from './cron-schedule.js';
+import { parseSchedule, RECENT_PARSES } from './cron-schedule.js';
 import { offsetChanges } from './schedule-gap.js';
 
 // The same generated cases on every run (LOCKKIT_PROPERTY_SEED=<n> explores another seed).
@@ -126,5 +126,25 @@ describe('parseSchedule against a plain croner (property)', () => {
     expect(hourly.nextRun(new Date(t - 3_000_000))?.getTime()).toBe(t);
     expect(hourly.nextRun(new Date(t))?.getTime()).toBe(t + 3_600_000);
     expect(hourly.nextRun(new Date(t - 3_600_001))?.getTime()).toBe(t - 3_600_000);
+  });
+
+  it("holds croner's parse only for the schedules asked recently, and answers alike without it", () => {
+    const from = new Date(Date.UTC(2027, 9, 30));
+    const oslo = parseSchedule('0 30 2 * * 0', { timezone: 'Europe/Oslo' });
+    // Its registration's look-up was answered by a parse then let go: this one is new, and held.
+    const held = oslo.cron();
+    expect(oslo.cron()).toBe(held);
+    for (let i = 0; i < RECENT_PARSES; i++)
+      parseSchedule(`${i % 60} ${Math.floor(i / 60)} * * * *`, {}).cron();
+    const again = oslo.cron();
+    expect(again).not.toBe(held);
+    const plain = new Cron('0 30 2 * * 0', { paused: true, timezone: 'Europe/Oslo' });
+    expect(ms(oslo.nextRuns(30, from))).toEqual(ms(plain.nextRuns(30, from)));
+    expect(ms(oslo.previousRuns(30, from))).toEqual(ms(plain.previousRuns(30, from)));
+    // Dropped again, then asked for its next tick: parsed anew, the same answer.
+    for (let i = 0; i < RECENT_PARSES; i++)
+      parseSchedule(`${i % 60} ${Math.floor(i / 60)} 1 * * *`, {}).cron();
+    expect(oslo.nextRun(from)?.getTime()).toBe(plain.nextRun(from)?.getTime());
+    expect(oslo.cron()).not.toBe(again);
   });
 });

@@ -1,6 +1,6 @@
 /**
  * A job's schedule as the scheduler reads it: a cron expression, a time zone (UTC unless told
- * otherwise, never the host's) and the day-field rule, parsed once by croner.
+ * otherwise, never the host's) and the day-field rule, answered by croner.
  *
  * @packageDocumentation
  */
@@ -17,31 +17,6 @@ export interface ScheduleOptions {
   readonly timezone?: string | undefined;
   /** Both day-of-month and day-of-week must match (node-cron); default either (croner). */
   readonly domAndDow?: boolean | undefined;
-}
-
-/**
- * A croner `Cron` that remembers its last answer to `nextRun(after)`: tick T, the first after
- * `after`, is also the first after any instant in [after, T). The 10,000 jobs of one schedule,
- * each asking from a slightly later instant as they are registered and started, then cost one
- * look-up (croner's look-ups in a named zone each format dates through `Intl`, which is what
- * filled memory while a large scheduler started), and the answers are croner's own.
- */
-class RememberingCron extends Cron {
-  /** The `after` of the remembered look-up (ms), or NaN when none is. */
-  private askedAfter = Number.NaN;
-  /** Its answer (ms), or NaN when the schedule has no tick after `askedAfter`. */
-  private answer = Number.NaN;
-
-  override nextRun(prev?: Parameters<Cron['nextRun']>[0]): Date | null {
-    if (!(prev instanceof Date)) return super.nextRun(prev);
-    const after = prev.getTime();
-    // Comparisons with NaN are false: nothing remembered, or no tick, asks croner.
-    if (after >= this.askedAfter && after < this.answer) return new Date(this.answer);
-    const next = super.nextRun(prev);
-    this.askedAfter = after;
-    this.answer = next === null ? Number.NaN : next.getTime();
-    return next;
-  }
 }
 
 /** croner's options, by day-field rule (index 0 for either, 1 for both) and time zone. */
@@ -89,17 +64,135 @@ function cronSettings(options: ScheduleOptions): CronOptions {
 }
 
 /**
- * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC.
- * Its field tables are shared with every other schedule's equal ones (`cron-tables.ts`): a
- * distinct schedule costs about a kilobyte, not croner's ~82 KB.
+ * How many schedules keep croner's parse between two look-ups: the most recently asked. A parse
+ * held costs about 600 bytes (croner's `Cron`, its state and pattern objects; the field tables are
+ * shared, `cron-tables.ts`); 10,000 distinct schedules all held cost 6 MB. One not held is parsed
+ * again when its next tick is asked, about 50–80 µs in UTC: once per tick, next to the tick's own
+ * database transaction.
+ */
+export const RECENT_PARSES = 256;
+
+/** croner's parses of the {@link RECENT_PARSES} schedules asked last, oldest first. */
+const recent = new Map<CronSchedule, Cron>();
+
+/** croner's parse of `expression`, its field tables replaced by the shared ones. */
+function parse(expression: string, settings: CronOptions): Cron {
+  const parsed = new Cron(expression, settings);
+  shareCronTables(parsed);
+  return parsed;
+}
+
+/**
+ * A parsed schedule as the scheduler holds it, once however many jobs run on it: the expression
+ * and how it is read, and its last answer. croner computes every answer; its parse is held only
+ * for the schedules asked recently ({@link RECENT_PARSES}) and made again for the others, so that
+ * a schedule costs a few dozen bytes, not croner's objects.
+ *
+ * It remembers its last answer to `nextRun(after)`: tick T, the first after `after`, is also the
+ * first after any instant in [after, T). The 10,000 jobs of one schedule, each asking from a
+ * slightly later instant as they are registered and started, then cost one look-up (croner's
+ * look-ups in a named zone each format dates through `Intl`).
+ */
+export class CronSchedule {
+  /** The `after` of the remembered look-up (ms), or NaN when none is. */
+  private askedAfter = Number.NaN;
+  /** Its answer (ms), or NaN when the schedule has no tick after `askedAfter`. */
+  private answer = Number.NaN;
+
+  /** Use {@link parseSchedule}, which checks the expression and the zone. */
+  constructor(
+    /** The cron expression, as given. */
+    readonly expression: string,
+    private readonly settings: CronOptions,
+  ) {}
+
+  /** The first tick strictly after `after`, or `null` when there is none (croner's answer). */
+  nextRun(after: Date): Date | null {
+    const from = after.getTime();
+    // Comparisons with NaN are false: nothing remembered, or no tick, asks croner.
+    if (from >= this.askedAfter && from < this.answer) return new Date(this.answer);
+    return this.ask(this.cron(), after);
+  }
+
+  /** croner's next tick after `after` by `parsed`, remembered. */
+  private ask(parsed: Cron, after: Date): Date | null {
+    const next = parsed.nextRun(after);
+    this.askedAfter = after.getTime();
+    this.answer = next === null ? Number.NaN : next.getTime();
+    return next;
+  }
+
+  /**
+   * A schedule whose first look-up, the tick after `from`, is answered by the parse at hand and
+   * remembered; the parse is then let go, not held among the recent ones. A scheduler registering
+   * 10,000 distinct schedules asks each this one question: their parses die young, instead of
+   * living on among the recent ones long enough to be moved to V8's old generation and leave it
+   * fragmented (RSS) once dropped.
+   */
+  static firstAsked(
+    expression: string,
+    settings: CronOptions,
+    parsed: Cron,
+    from: Date,
+  ): CronSchedule {
+    const schedule = new CronSchedule(expression, settings);
+    schedule.ask(parsed, from);
+    return schedule;
+  }
+
+  /** The next `n` ticks strictly after `previous` (croner's `nextRuns`). */
+  nextRuns(n: number, previous: Date): Date[] {
+    return this.cron().nextRuns(n, previous);
+  }
+
+  /** The `n` ticks strictly before `reference`, newest first (croner's `previousRuns`). */
+  previousRuns(n: number, reference: Date): Date[] {
+    return this.cron().previousRuns(n, reference);
+  }
+
+  /**
+   * croner's parse of this schedule: the one held if it was asked recently, else a new one, which
+   * is then held in place of the parse asked longest ago.
+   */
+  cron(): Cron {
+    const held = recent.get(this);
+    if (held !== undefined) recent.delete(this); // back in at the newest end
+    const parsed = held ?? parse(this.expression, this.settings);
+    hold(this, parsed);
+    return parsed;
+  }
+}
+
+/** How many croner parses are held in this process (at most {@link RECENT_PARSES}): for tests and probes. */
+export function heldParseCount(): number {
+  return recent.size;
+}
+
+/** Holds `parsed` as the newest of the recent parses, letting the oldest go when there are too many. */
+function hold(schedule: CronSchedule, parsed: Cron): void {
+  if (recent.size >= RECENT_PARSES) {
+    const oldest = recent.keys().next();
+    if (oldest.done !== true) recent.delete(oldest.value);
+  }
+  recent.set(schedule, parsed);
+}
+
+/**
+ * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC,
+ * and answers (and remembers) its first tick after `from`. Its field tables are shared with every
+ * other schedule's equal ones (`cron-tables.ts`), and croner's parse is held only while the
+ * schedule is among those asked recently, not from this parse on: a distinct schedule costs a few
+ * dozen bytes, not croner's ~82 KB, nor its ~600 bytes once tables are shared.
  * @throws croner's error for an invalid expression or time zone (an impossible zone shows only
  * when a tick is computed, which this does once).
  */
-export function parseSchedule(cron: string, options: ScheduleOptions): Cron {
-  const parsed = new RememberingCron(cron, cronSettings(options));
-  parsed.nextRun();
-  shareCronTables(parsed);
-  return parsed;
+export function parseSchedule(
+  cron: string,
+  options: ScheduleOptions,
+  from: Date = new Date(),
+): CronSchedule {
+  const settings = cronSettings(options);
+  return CronSchedule.firstAsked(cron, settings, parse(cron, settings), from);
 }
 
 /**
@@ -108,7 +201,7 @@ export function parseSchedule(cron: string, options: ScheduleOptions): Cron {
  * @throws LockkitError `OPTION_INVALID`
  */
 export function checkFiresAfter(
-  schedule: Pick<Cron, 'nextRun'>,
+  schedule: Pick<CronSchedule, 'nextRun'>,
   cron: string,
   from: Date,
   job: string,

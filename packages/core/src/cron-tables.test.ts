@@ -13,6 +13,10 @@ type Pattern = Record<CronTableField, readonly number[]>;
 const patternOf = (cron: Cron): Pattern =>
   (cron as unknown as { _states: { pattern: Pattern } })._states.pattern;
 
+/** croner's parse of a schedule as the scheduler reads it (the one held for it). */
+const parsed = (cron: string, options: Parameters<typeof parseSchedule>[1]): Cron =>
+  parseSchedule(cron, options).cron();
+
 const FIELDS = Object.keys(CRON_TABLE_FIELDS) as CronTableField[];
 
 describe('croner tables', () => {
@@ -29,10 +33,10 @@ describe('croner tables', () => {
   });
 
   it('distinct schedules share one table per field content: one year table for all, ~80 KB', () => {
-    const a = parseSchedule('1 2 3 4 5 *', {});
-    const b = parseSchedule('59 58 * 1 6 *', { timezone: 'Europe/Oslo' });
-    const c = parseSchedule('0 0 0 1 1 * 2031', {});
-    const d = parseSchedule('30 0 0 1 1 * 2031', { domAndDow: true });
+    const a = parsed('1 2 3 4 5 *', {});
+    const b = parsed('59 58 * 1 6 *', { timezone: 'Europe/Oslo' });
+    const c = parsed('0 0 0 1 1 * 2031', {});
+    const d = parsed('30 0 0 1 1 * 2031', { domAndDow: true });
     expect(patternOf(a).year).toBe(patternOf(b).year);
     expect(patternOf(c).year).toBe(patternOf(d).year);
     expect(patternOf(a).year).not.toBe(patternOf(c).year);
@@ -63,9 +67,9 @@ describe('croner tables', () => {
 
   it("schedules read alike share croner's completed options object, read apart do not", () => {
     const optionsOf = (cron: Cron) => (cron as unknown as { options: object }).options;
-    const a = parseSchedule('1 2 3 * * *', { timezone: 'Asia/Tokyo' });
-    const b = parseSchedule('4 5 6 * * *', { timezone: 'Asia/Tokyo' });
-    const c = parseSchedule('4 5 6 * * *', { timezone: 'Asia/Tokyo', domAndDow: true });
+    const a = parsed('1 2 3 * * *', { timezone: 'Asia/Tokyo' });
+    const b = parsed('4 5 6 * * *', { timezone: 'Asia/Tokyo' });
+    const c = parsed('4 5 6 * * *', { timezone: 'Asia/Tokyo', domAndDow: true });
     expect(optionsOf(a)).toBe(optionsOf(b));
     expect(optionsOf(c)).not.toBe(optionsOf(a));
     // Completed twice, the object holds what croner completes a fresh one to.
@@ -74,7 +78,7 @@ describe('croner tables', () => {
   });
 
   it('shared tables are frozen: a write into one (a later croner writing after parse) throws', () => {
-    const year = patternOf(parseSchedule('0 0 * * * *', {})).year as number[];
+    const year = patternOf(parsed('0 0 * * * *', {})).year as number[];
     expect(Object.isFrozen(year)).toBe(true);
     expect(() => {
       year[2040] = 0;

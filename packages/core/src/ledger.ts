@@ -14,7 +14,7 @@
  * @packageDocumentation
  */
 import { createHash } from 'node:crypto';
-import type { Cron } from 'croner';
+import type { CronSchedule } from './cron-schedule.js';
 import type { QueryFn } from './executor.js';
 import type { LockKey } from './keys.js';
 import { refuseInRecovery } from './lock-engine.js';
@@ -288,7 +288,12 @@ export class Ledger {
    * row exists: a new job, or a schedule just changed, has nothing settled to catch up from;
    * ticks of another schedule are neither missed nor run.
    */
-  async findHoles(query: QueryFn, job: LedgerJob, cron: Cron, horizon: Date): Promise<Date[]> {
+  async findHoles(
+    query: QueryFn,
+    job: LedgerJob,
+    cron: Pick<CronSchedule, 'previousRuns'>,
+    horizon: Date,
+  ): Promise<Date[]> {
     const s = recentTicksStatement(this.scope, job.name, horizon, job.hash, CATCH_UP_WINDOW);
     const rows = await rowsOf(query, s);
     const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));

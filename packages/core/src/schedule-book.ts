@@ -3,14 +3,18 @@
  *
  * @packageDocumentation
  */
-import type { Cron } from 'croner';
-import { DEFAULT_TIMEZONE, parseSchedule, type ScheduleOptions } from './cron-schedule.js';
+import {
+  type CronSchedule,
+  DEFAULT_TIMEZONE,
+  parseSchedule,
+  type ScheduleOptions,
+} from './cron-schedule.js';
 import { scheduleHash } from './ledger.js';
 
-/** One schedule as jobs share it: croner's parse and the ledger's hash of how it is read. */
+/** One schedule as jobs share it: the parsed schedule and the ledger's hash of how it is read. */
 export interface BookedSchedule {
-  /** The parsed schedule (its field tables shared with every other schedule's, `cron-tables.ts`). */
-  readonly cron: Cron;
+  /** The parsed schedule (croner's parse held only while asked recently, `cron-schedule.ts`). */
+  readonly cron: CronSchedule;
   /** {@link scheduleHash} of the expression, time zone and day-field rule. */
   readonly hash: string;
 }
@@ -29,10 +33,11 @@ export class ScheduleBook {
   ] as const;
 
   /**
-   * The schedule of `cron` read with `options`, parsed the first time it is asked for.
+   * The schedule of `cron` read with `options`, parsed the first time it is asked for, when its
+   * first tick after `from` is looked up and remembered (the registering job asks just that).
    * @throws croner's error for an invalid expression or time zone (see {@link parseSchedule}).
    */
-  get(cron: string, options: ScheduleOptions): BookedSchedule {
+  get(cron: string, options: ScheduleOptions, from: Date): BookedSchedule {
     const domAndDow = options.domAndDow === true;
     const timezone = options.timezone ?? DEFAULT_TIMEZONE;
     const byZone = this.byRule[domAndDow ? 1 : 0];
@@ -40,7 +45,7 @@ export class ScheduleBook {
     let booked = byCron?.get(cron);
     if (booked === undefined) {
       booked = {
-        cron: parseSchedule(cron, options),
+        cron: parseSchedule(cron, options, from),
         hash: scheduleHash(cron, timezone, domAndDow),
       };
       if (byCron === undefined) {

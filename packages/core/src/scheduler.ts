@@ -15,10 +15,9 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import type { Cron } from 'croner';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
-import { checkFiresAfter } from './cron-schedule.js';
+import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
 import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
@@ -53,6 +52,7 @@ import {
   SAVEPOINT,
 } from './sql/scheduler.js';
 import { TickTimer } from './tick-timer.js';
+import { WakeQueue } from './wake-queue.js';
 import { timelineSource } from './wal-timeline.js';
 
 export { SCHEDULER_NAMESPACE };
@@ -239,13 +239,18 @@ export interface SchedulerOptions {
 }
 
 interface Job<Tx> extends LedgerJob {
-  readonly key: LockKey;
+  /**
+   * The job's lock key: made at registration to refuse a colliding name, then dropped, and made
+   * again at the job's first tick (`Scheduler.keyOf`), where 10,000 jobs kept 10,000 keys unused
+   * (~170 bytes each, its pair and names objects included).
+   */
+  key: LockKey | undefined;
   /**
    * Hash of the name, for the tick locks' keys: made at the job's first tick, not at
    * registration, where 10,000 jobs made 10,000 digests and kept 10,000 strings unused.
    */
   nameHash: string | undefined;
-  readonly cron: Cron;
+  readonly cron: CronSchedule;
   readonly cronText: string;
   readonly timezone: string;
   readonly handler: JobHandler<Tx>;
@@ -259,7 +264,7 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer: TickTimer | undefined;
+  timer: TickTimer<Job<Tx>> | undefined;
   /** The last conflict reported, so that one conflict is reported once. */
   conflict: string | undefined;
 }
@@ -367,6 +372,10 @@ export class Scheduler<Tx> {
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
+  /** Where every job's tick timer waits: one clock timer for all the jobs, not one a job. */
+  private readonly wakeQueue: WakeQueue;
+  /** Every tick timer's `onTick`: one function for all the jobs, not a closure a job. */
+  private readonly onTick = (tick: Date, job: Job<Tx>): void => this.track(this.fire(job, tick));
   private readonly now: () => number;
   private readonly retentionMs: number;
   private readonly graceMs: number;
@@ -393,6 +402,7 @@ export class Scheduler<Tx> {
     this.clock =
       now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
     this.now = () => this.clock.now();
+    this.wakeQueue = new WakeQueue(this.clock);
     this.ownerOnlyLease = Object.freeze({ owner: this.owner });
     // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
     setMaxListeners(0, this.stopping.signal);
@@ -475,7 +485,7 @@ export class Scheduler<Tx> {
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
     const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
     try {
-      booked = this.schedules.get(cron, reading);
+      booked = this.schedules.get(cron, reading, new Date(this.now()));
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -517,7 +527,7 @@ export class Scheduler<Tx> {
     this.jobs.set(name, {
       name,
       hash: booked.hash,
-      key,
+      key: undefined,
       nameHash: undefined,
       cron: parsed,
       cronText: cron,
@@ -675,8 +685,10 @@ export class Scheduler<Tx> {
     if (this.stopping.signal.aborted) return;
     job.timer = new TickTimer(job.cron, {
       clock: this.clock,
+      queue: this.wakeQueue,
       jitterMs: job.jitterMs,
-      onTick: (tick) => this.track(this.fire(job, tick)),
+      onTick: this.onTick,
+      subject: job,
     });
     job.timer.start();
   }
@@ -731,6 +743,12 @@ export class Scheduler<Tx> {
       });
     }
     job.conflict = signature;
+  }
+
+  /** The job's lock key, made at its first tick and kept (see {@link Job.key}). */
+  private keyOf(job: Job<Tx>): LockKey {
+    job.key ??= jobKey(this.lockNamespace, job.name);
+    return job.key;
   }
 
   /** The lock of one tick, held by whoever runs it (see {@link Ledger.holders}). */
@@ -830,7 +848,7 @@ export class Scheduler<Tx> {
   private async whenHeld(job: Job<Tx>, tick: Date): Promise<HeldDecision> {
     const tickKey = this.tickKey(job, tick);
     return this.query(async (q) => {
-      const { tickFree, anotherTickRuns } = await this.ledger.judge(q, job.key, tickKey);
+      const { tickFree, anotherTickRuns } = await this.ledger.judge(q, this.keyOf(job), tickKey);
       if (!tickFree || !anotherTickRuns) return 'again';
       return this.overlapped(job, tick, q);
     });
@@ -929,7 +947,7 @@ export class Scheduler<Tx> {
         | { kind: 'failed'; attempt: number; error: unknown; record: RunRecord; catchUp: Date[] };
       try {
         const r = await this.locks.withLock(
-          job.key,
+          this.keyOf(job),
           async (tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
@@ -1077,7 +1095,7 @@ export class Scheduler<Tx> {
       try {
         const timeline = await timelineSource(this.locks.executor);
         claim = await this.locks.withLock<LeaseClaim>(
-          job.key,
+          this.keyOf(job),
           async (_tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());

@@ -8,19 +8,30 @@
  *
  * @packageDocumentation
  */
-import { type Clock, type ClockTimer, MAX_TIMER_MS } from './clock.js';
+import { type Clock, MAX_TIMER_MS } from './clock.js';
+import { type Sleeper, WakeQueue } from './wake-queue.js';
 
 /** What a tick timer needs of a schedule: croner's `nextRun` (strictly after `after`). */
 export interface TickSchedule {
   nextRun(after: Date): Date | null;
 }
 
-/** Options of a {@link TickTimer}. */
-export interface TickTimerOptions {
+/** Options of a {@link TickTimer} whose ticks are about `subject` (see {@link TickTimerOptions.subject}). */
+export interface TickTimerOptions<S = undefined> {
   /** Where the time comes from and how to wait. */
   readonly clock: Clock;
-  /** Called for each due tick, once, at or after `tick + jitter`. Must not throw. */
-  readonly onTick: (tick: Date) => void;
+  /**
+   * Where the timer waits: one queue can serve every timer on `clock` (the scheduler's does), so
+   * that they hold one clock timer between them. Default: a queue of its own.
+   */
+  readonly queue?: WakeQueue;
+  /**
+   * Called for each due tick, once, at or after `tick + jitter`, with the timer's `subject`.
+   * Must not throw. One function can serve many timers: none needs a closure of its own.
+   */
+  readonly onTick: (tick: Date, subject: S) => void;
+  /** What the ticks are about, handed to `onTick` (the scheduler's job). */
+  readonly subject?: S;
   /** Each tick fires after a random extra delay below this (ms). Default 0. */
   readonly jitterMs?: number;
   /** Random numbers in [0, 1) for the jitter. Default `Math.random`. */
@@ -43,13 +54,15 @@ export const DEFAULT_MAX_LATE_MS = 60_000;
  * instant (and those of the last `jitterMs` before it), in order, each exactly once, none before
  * it is due.
  */
-export class TickTimer {
+export class TickTimer<S = undefined> implements Sleeper {
   private readonly clock: Clock;
+  private readonly queue: WakeQueue;
+  private readonly subject: S;
   private readonly jitterMs: number;
   private readonly random: () => number;
   private readonly maxLateMs: number;
   private readonly maxStepMs: number;
-  private readonly onTick: (tick: Date) => void;
+  private readonly onTick: (tick: Date, subject: S) => void;
   /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
   private last = 0;
   /**
@@ -58,15 +71,20 @@ export class TickTimer {
    */
   private dueTick = Number.NaN;
   private dueAt = Number.NaN;
-  private pending: ClockTimer | undefined;
   private running = false;
+  /** {@link Sleeper}'s fields: the queue's, not the timer's. */
+  wakeSlot = -1;
+  wakeAt = Number.NaN;
+  wakeSeq = 0;
 
   constructor(
     private readonly schedule: TickSchedule,
-    options: TickTimerOptions,
+    options: TickTimerOptions<S>,
   ) {
     this.clock = options.clock;
+    this.queue = options.queue ?? new WakeQueue(options.clock);
     this.onTick = options.onTick;
+    this.subject = options.subject as S;
     this.jitterMs = options.jitterMs ?? 0;
     this.random = options.random ?? Math.random;
     this.maxLateMs = options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
@@ -93,17 +111,20 @@ export class TickTimer {
     this.arm();
   }
 
-  /** Fires nothing more; the pending timer is cancelled. */
+  /** Fires nothing more; the pending wait is cancelled. */
   stop(): void {
     this.running = false;
-    this.pending?.cancel();
-    this.pending = undefined;
+    this.queue.remove(this);
     this.dueTick = Number.NaN;
     this.dueAt = Number.NaN;
   }
 
+  /** For the queue: the wait is over, the clock is read again. */
+  wake(): void {
+    this.arm();
+  }
+
   private arm(): void {
-    this.pending = undefined;
     while (this.running) {
       const now = this.clock.now();
       if (Number.isNaN(this.dueTick)) {
@@ -119,7 +140,7 @@ export class TickTimer {
       const wait = this.dueAt - now;
       if (wait > 0) {
         // Capped step; on waking, the clock is read again.
-        this.pending = this.clock.setTimer(Math.min(wait, this.maxStepMs), () => this.arm());
+        this.queue.add(this, now + Math.min(wait, this.maxStepMs));
         return;
       }
       const tick = this.dueTick;
@@ -127,7 +148,7 @@ export class TickTimer {
       this.dueAt = Number.NaN;
       if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
       this.last = tick;
-      this.onTick(new Date(tick));
+      this.onTick(new Date(tick), this.subject);
     }
   }
 }

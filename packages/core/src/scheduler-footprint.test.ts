@@ -1,0 +1,46 @@
+/**
+ * What a scheduler holds per job, in counts rather than bytes: its jobs wait on one clock timer
+ * between them, however many there are (a Node `Timeout` and a closure each cost ~250 bytes a
+ * job), and the docs' memory figures (docs/performance.md) come from `pnpm bench --memory`.
+ */
+import { describe, expect, it } from 'vitest';
+import { SimulatedClock } from './clock.js';
+import { heldParseCount, RECENT_PARSES } from './cron-schedule.js';
+import type { LockClient } from './lock.js';
+import { createScheduler } from './scheduler.js';
+
+/** Start announces the jobs to the ledger; with no database that fails, which start tolerates. */
+const locks = {
+  schema: 'lockkit_unused',
+  executor: { transaction: () => Promise.reject(new Error('no database in this test')) },
+} as unknown as LockClient<unknown, unknown>;
+
+describe('scheduler footprint', () => {
+  it('the jobs of a scheduler, on one schedule or on many, wait on one clock timer', async () => {
+    const clock = new SimulatedClock(Date.UTC(2027, 0, 1, 12));
+    const scheduler = createScheduler(locks, { clock });
+    for (let j = 0; j < 500; j++) {
+      const cron = j % 2 === 0 ? '0 0 * * * *' : `${j % 60} ${Math.floor(j / 60)} 3 * * *`;
+      scheduler.register(`job-${j}`, cron, () => {});
+    }
+    await scheduler.start();
+    expect(clock.pendingTimers).toBe(1);
+    await scheduler.stop({ timeoutMs: 100 });
+    expect(clock.pendingTimers).toBe(0);
+  });
+
+  it("distinct schedules hold no croner parse once registered, and at most the recent ones' later", async () => {
+    const clock = new SimulatedClock(Date.UTC(2027, 0, 1, 12));
+    const scheduler = createScheduler(locks, { clock });
+    for (let j = 0; j < 3 * RECENT_PARSES; j++)
+      scheduler.register(`distinct-${j}`, `${j % 60} ${Math.floor(j / 60)} 4 * * *`, () => {});
+    // Each parse answered its registration's one question and was let go.
+    expect(heldParseCount()).toBe(0);
+    await scheduler.start();
+    // Started at the instant they were registered at: every first tick is the one remembered.
+    expect(heldParseCount()).toBe(0);
+    await clock.advanceTo(Date.UTC(2027, 0, 2, 4, 15));
+    expect(heldParseCount()).toBeLessThanOrEqual(RECENT_PARSES);
+    await scheduler.stop({ timeoutMs: 100 });
+  });
+});
