@@ -21,12 +21,17 @@ import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
 import { faultPointCases } from './cases/fault-points.js';
+import { schedulerFaultPointCases } from './cases/fault-points-scheduler.js';
 
 export {
   faultPointCaseIds,
   SESSION_FAULT_PROTOCOLS,
   TRANSACTION_FAULT_PROTOCOLS,
 } from './cases/fault-points.js';
+export {
+  SCHEDULER_FAULT_OPERATIONS,
+  schedulerFaultPointCaseIds,
+} from './cases/fault-points-scheduler.js';
 
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
@@ -53,6 +58,7 @@ export {
   Observer,
   randomInt8Key,
   randomKey,
+  type SchedulerFaultOperationId,
   type SingleConnectionInstance,
   type StandbyServer,
   taggedUrl,
@@ -179,7 +185,10 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
-    group('faults', undefined, (a, f) => faultPointCases(a, f, capabilities.session));
+    group('faults', undefined, (a, f) => {
+      faultPointCases(a, f, capabilities.session);
+      schedulerFaultPointCases(a, f);
+    });
     if (groups.has('standby')) {
       // Its own server, a hot standby shared by the group's cases.
       const start = adapter.standby;
@@ -275,6 +284,7 @@ function faultPointCasesThroughBouncer<Tx, Session>(
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
 ): void {
   faultPointCases(adapter, fixture, false);
+  schedulerFaultPointCases(adapter, fixture);
 }
 
 /**
