@@ -251,6 +251,17 @@ const settledWithin = (promise: Promise<unknown>, ms = WATCHDOG_MS) =>
     ms,
   );
 
+/**
+ * Whether `LOCKKIT_TEST_SCHEDULER_FAULTS=0` says this pass repeats a suite whose scheduler fault
+ * points another pass of the run already searched (CI's Node 22 and 24 passes): skipped visibly.
+ */
+function repeatedPass(): boolean {
+  const raw = process.env.LOCKKIT_TEST_SCHEDULER_FAULTS;
+  if (raw === undefined || raw === '' || raw === '1') return false;
+  if (raw === '0') return true;
+  throw new Error(`LOCKKIT_TEST_SCHEDULER_FAULTS must be 0 or 1, got '${raw}'`);
+}
+
 /** The boundary to replay alone, from `LOCKKIT_TEST_FAULT_BOUNDARY`, or undefined for all. */
 function boundaryFromEnv(): number | undefined {
   const raw = process.env.LOCKKIT_TEST_FAULT_BOUNDARY;
@@ -283,6 +294,16 @@ export function schedulerFaultPointCases<Tx, Session>(
   const test = casesOf({
     ...adapter,
     expectedFailures: { ...KNOWN_CORE_DEFECTS, ...adapter.expectedFailures },
+    ...(repeatedPass() && {
+      disable: {
+        ...schedulerFaultPointCaseIds(
+          ['drop-before', 'drop-after', 'late-reply', 'terminated', 'aborted'],
+          SCHEDULER_FAULT_OPERATIONS,
+          'LOCKKIT_TEST_SCHEDULER_FAULTS=0: another pass of this run searches these boundaries',
+        ),
+        ...adapter.disable,
+      },
+    }),
   });
   let covered = 0;
   let spentMs = 0;
@@ -532,8 +553,10 @@ function tickOperation<Tx, Session>(
       return b;
     };
     if (catchUp) {
-      // The job ran tick 0; then nobody ran ticks 1 and 2.
-      await finisher().runTick(job, at(0));
+      // The job ran tick 0; then nobody ran ticks 1 and 2. Bounded: a pool whose only connection
+      // an earlier fault lost for good would wedge here.
+      if (!(await settledWithin(finisher().runTick(job, at(0)))))
+        throw new Error(`tick 0 did not run within ${WATCHDOG_MS} ms: the pool is wedged`);
       const prepared = eventsB.splice(0).map((e) => e.type);
       if (prepared.join() !== 'ran') throw new Error(`tick 0 did not run: ${prepared.join()}`);
       clock.set(fired);
