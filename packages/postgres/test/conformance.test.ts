@@ -100,17 +100,20 @@ const staleFatal = (prepare: boolean) => {
 };
 
 for (const prepare of [true, false]) {
-  runConformance({
-    ...staleFatal(prepare),
-    name: `postgres.js (prepare: ${prepare})`,
-    databaseUrl: testDatabaseUrl,
-    standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
-    // postgres.js with prepare: true hangs behind PgBouncer in transaction mode (its named
-    // statements): the PgBouncer groups run once, with prepare: false, as users must configure it.
-    ...(prepare ? {} : { pgbouncer: testPgBouncer }),
-    createInstance: ({ url, poolSize, transactionPooler }) =>
-      instance(url, poolSize, prepare, transactionPooler ?? false),
-    nativeQuery: (tx, text) => tx.unsafe(text),
-    workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
-  });
+  runConformance(
+    {
+      ...staleFatal(prepare),
+      name: `postgres.js (prepare: ${prepare})`,
+      databaseUrl: testDatabaseUrl,
+      standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
+      // postgres.js with prepare: true hangs behind PgBouncer in transaction mode (its named
+      // statements): the PgBouncer groups run once, with prepare: false, as users must configure it.
+      ...(prepare ? {} : { pgbouncer: testPgBouncer }),
+      createInstance: ({ url, poolSize, transactionPooler }) =>
+        instance(url, poolSize, prepare, transactionPooler ?? false),
+      nativeQuery: (tx, text) => tx.unsafe(text),
+      workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
+    },
+    { schedulerFaultPoints: true },
+  );
 }

@@ -285,22 +285,26 @@ const head = (text: string | undefined): string =>
 
 /**
  * Declares the scheduler and migration fault-point tests (transaction scope only: they run
- * directly and through PgBouncer alike).
+ * directly and through PgBouncer alike); skipped visibly unless `enabled`, or when
+ * `LOCKKIT_TEST_SCHEDULER_FAULTS=0`.
  */
 export function schedulerFaultPointCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
+  enabled: boolean,
 ): void {
+  const off = !enabled
+    ? 'not enabled for this adapter (runConformance option schedulerFaultPoints)'
+    : repeatedPass()
+      ? 'LOCKKIT_TEST_SCHEDULER_FAULTS=0: another pass of this run searches these boundaries'
+      : undefined;
+  const all = ['drop-before', 'drop-after', 'late-reply', 'terminated', 'aborted'] as const;
   const test = casesOf({
     ...adapter,
     expectedFailures: { ...KNOWN_CORE_DEFECTS, ...adapter.expectedFailures },
-    ...(repeatedPass() && {
+    ...(off !== undefined && {
       disable: {
-        ...schedulerFaultPointCaseIds(
-          ['drop-before', 'drop-after', 'late-reply', 'terminated', 'aborted'],
-          SCHEDULER_FAULT_OPERATIONS,
-          'LOCKKIT_TEST_SCHEDULER_FAULTS=0: another pass of this run searches these boundaries',
-        ),
+        ...schedulerFaultPointCaseIds(all, SCHEDULER_FAULT_OPERATIONS, off),
         ...adapter.disable,
       },
     }),
