@@ -18,6 +18,17 @@ export type FaultProtocolId =
   | 'run-with-lease';
 
 /**
+ * The scheduler and schema operations the fault-point group searches (see
+ * `cases/fault-points-scheduler.ts`): one tick in transaction mode, one in lease mode, a tick that
+ * catches up ticks nobody ran, and `migrate()` on a fresh schema.
+ */
+export type SchedulerFaultOperationId =
+  | 'scheduler-tick-transaction'
+  | 'scheduler-tick-lease'
+  | 'scheduler-catch-up'
+  | 'migrate';
+
+/**
  * The faults the fault-point group puts at each statement boundary: the link cut before the
  * statement reaches the server, or after it ran there and before its answer; its answer held past
  * the caller's timeout (the signal fires) and then delivered; the backend terminated from outside,
@@ -28,6 +39,7 @@ export type FaultKind = 'drop-before' | 'drop-after' | 'late-reply' | 'terminate
 /** Every case of the suite, by id; `disable` takes these. */
 export type ConformanceCaseId =
   | `faults.${FaultProtocolId}.${FaultKind}`
+  | `faults.${SchedulerFaultOperationId}.${FaultKind}`
   | 'transaction.exactly-one-of-50'
   | 'transaction.release-on-commit'
   | 'transaction.release-on-throw'

@@ -22,6 +22,7 @@ import { describe } from 'vitest';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
 import { faultPointCases } from './cases/fault-points.js';
 import { leaseFaultPointCases } from './cases/fault-points-leases.js';
+import { schedulerFaultPointCases } from './cases/fault-points-scheduler.js';
 
 export {
   faultPointCaseIds,
@@ -29,6 +30,10 @@ export {
   TRANSACTION_FAULT_PROTOCOLS,
 } from './cases/fault-points.js';
 export { LEASE_FAULT_PROTOCOLS } from './cases/fault-points-leases.js';
+export {
+  SCHEDULER_FAULT_OPERATIONS,
+  schedulerFaultPointCaseIds,
+} from './cases/fault-points-scheduler.js';
 
 import { leaseCases } from './cases/leases.js';
 import { lockTruthCases } from './cases/lock-truth.js';
@@ -43,7 +48,7 @@ import { sessionCases } from './cases/session.js';
 import { standbyCases } from './cases/standby.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
-import { useFixture } from './suite.js';
+import { type Fixture, useFixture } from './suite.js';
 
 export {
   type AdapterInstance,
@@ -55,6 +60,7 @@ export {
   Observer,
   randomInt8Key,
   randomKey,
+  type SchedulerFaultOperationId,
   type SingleConnectionInstance,
   type StandbyServer,
   taggedUrl,
@@ -91,6 +97,14 @@ export interface RunConformanceOptions {
    * long run another pass already made (Node 22 and 24 after the main passes) runs it short.
    */
   readonly schedulerSeconds?: number;
+  /**
+   * Also search the scheduler and migration fault points (`faults.scheduler-*`, `faults.migrate.*`):
+   * every statement boundary of a tick and of a migration under every fault, a few hundred
+   * combinations and one to three minutes per pass. Default false: the cases are then skipped
+   * visibly. Worth it once per driver (node-postgres, postgres.js, Prisma); an adapter over one of
+   * those drivers adds little to them.
+   */
+  readonly schedulerFaultPoints?: boolean;
 }
 
 /** `LOCKKIT_TEST_SCHEDULER_SECONDS`, checked: a whole number of seconds from 8 (or undefined). */
@@ -181,9 +195,11 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
+    const schedulerFaults = options.schedulerFaultPoints === true;
     group('faults', undefined, (a, f) => {
       faultPointCases(a, f, capabilities.session);
       leaseFaultPointCases(a, f);
+      schedulerFaultPointCases(a, f, schedulerFaults);
     });
     if (groups.has('standby')) {
       // Its own server, a hot standby shared by the group's cases.
@@ -218,7 +234,11 @@ export function runConformance<Tx, Session>(
         ['leases', leaseCases],
         ['scheduler', allSchedulerCases],
         ['engine', engineCasesThroughBouncer],
-        ['faults', faultPointCasesThroughBouncer],
+        [
+          'faults',
+          (a: typeof pooled, f: () => Fixture<Tx, Session>) =>
+            faultPointCasesThroughBouncer(a, f, schedulerFaults),
+        ],
       ] as const) {
         if (!groups.has(name)) continue;
         if (name === 'pipelining' && !capabilities.pipelinedTransaction) continue;
@@ -278,9 +298,11 @@ function engineCasesThroughBouncer<Tx, Session>(
 function faultPointCasesThroughBouncer<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+  schedulerFaults = false,
 ): void {
   faultPointCases(adapter, fixture, false);
   leaseFaultPointCases(adapter, fixture);
+  schedulerFaultPointCases(adapter, fixture, schedulerFaults);
 }
 
 /**

@@ -7,6 +7,7 @@
 import { assertLockExecutor, type LockExecutor, type QueryFn } from './executor.js';
 import { LockKey } from './keys.js';
 import { refuseInRecovery } from './lock-engine.js';
+import { ownTransaction } from './own-transaction.js';
 import { quoteIdentifier } from './sql/identifiers.js';
 import { lockStatement } from './sql/locks.js';
 import {
@@ -45,7 +46,9 @@ export interface MigrationResult {
  * application may run as a role with only `USAGE` on the schema and `SELECT, INSERT, UPDATE,
  * DELETE` on its tables, while a migrator role (owner of the schema) applies upgrades at deploy
  * time. A role without `CREATE` rights that finds the schema behind fails with Postgres's
- * `42501` (permission denied).
+ * `42501` (permission denied). A connection lost on the way rejects with `CONNECTION_LOST`
+ * (`COMMIT_OUTCOME_UNKNOWN` when only COMMIT's answer was lost): call it again, it applies what is
+ * missing and nothing twice.
  *
  * @example
  * ```ts
@@ -74,16 +77,19 @@ export async function migrate(
   };
   // Read-only first, in a transaction of its own: a current schema needs no lock and no DDL, so
   // an application role with only SELECT/INSERT/UPDATE/DELETE on lockkit's tables starts up.
-  const current = await executor.transaction(({ query }) => appliedVersion(query));
+  const what = `migrate ${schemaName}`;
+  const current = await ownTransaction(executor, what, appliedVersion);
   if (current >= LATEST_VERSION) {
     return { schema: schemaName, from: current, to: current, applied: [] };
   }
   // The migration in a transaction of its own, under the lock; existence is read by catalog scans
   // (see sql/migrations.ts: a cached "missing" would outlive another instance's CREATE SCHEMA).
-  return executor.transaction(async ({ query }) => {
+  // A lost connection is typed (CONNECTION_LOST, or COMMIT_OUTCOME_UNKNOWN at COMMIT): calling
+  // migrate() again is safe either way, since it finds what a committed run applied.
+  return ownTransaction(executor, what, async (query) => {
     // On a standby the guard takes nothing: refused before any DDL would fail there with 25006.
     const [locked] = await query(guard.text, guard.params);
-    if (locked) refuseInRecovery(locked, `migrate ${schemaName}`);
+    if (locked) refuseInRecovery(locked, what);
     const [found] = await query(SCHEMA_PRESENT, [schemaName]);
     if (found?.present !== true) await query(inSchema(CREATE_SCHEMA, schema));
     for (const statement of BOOTSTRAP) await query(inSchema(statement, schema));

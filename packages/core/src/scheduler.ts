@@ -32,6 +32,7 @@ import {
 } from './lease.js';
 import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
+import { ownTransaction } from './own-transaction.js';
 import { fromPostgresError } from './postgres-errors.js';
 import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
@@ -698,8 +699,9 @@ export class Scheduler<Tx> {
     void work.finally(() => this.running.delete(work));
   }
 
+  /** One ledger transaction outside the job's lock (drain, judge, give back): failures typed. */
   private query<T>(fn: (query: QueryFn) => Promise<T>): Promise<T> {
-    return this.locks.executor.transaction(({ query }) => fn(query));
+    return ownTransaction(this.locks.executor, 'scheduler ledger', fn);
   }
 
   /** Registers `jobs` in the ledger's schedules table and reports conflicting registrations. */

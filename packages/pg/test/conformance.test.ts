@@ -36,5 +36,5 @@ runConformance(
     },
     workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
   },
-  { schedulerSeconds: 36 },
+  { schedulerSeconds: 36, schedulerFaultPoints: true },
 );
