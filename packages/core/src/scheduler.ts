@@ -25,6 +25,7 @@ import { LockKey } from './keys.js';
 import {
   type ClaimedLease,
   claimLease,
+  fencedWrite,
   holdLease,
   type LeaseContext,
   type LeaseOptions,
@@ -33,7 +34,6 @@ import {
 import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { ownTransaction } from './own-transaction.js';
-import { fromPostgresError } from './postgres-errors.js';
 import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -43,7 +43,6 @@ import {
   isCatchUpPolicy,
 } from './scheduler-option-checks.js';
 import { quoteIdentifier } from './sql/identifiers.js';
-import { fenceStatement } from './sql/leases.js';
 import { lockStatement } from './sql/locks.js';
 import {
   RECORD_SETTINGS,
@@ -1249,7 +1248,7 @@ export class Scheduler<Tx> {
         if (givenBack === 'interrupted') {
           // Not the job failing: an error event, and the tick runs again once it is due (any
           // node's drain finds it PENDING; this node tries again after retryDelayMs).
-          this.emit({ type: 'error', job: job.name, tick, error });
+          this.emit({ type: 'error', job: job.name, tick, error: interrupted });
           this.retryLater(job, tick, {
             kind: 'retry',
             error: describeError(error),
@@ -1280,24 +1279,21 @@ export class Scheduler<Tx> {
     }
   }
 
+  /**
+   * A lease-mode run's fenced write: core's one fenced write (the fence, the task, the COMMIT's
+   * truth told typed: CONNECTION_LOST before it, COMMIT_OUTCOME_UNKNOWN at it) under the job's lease.
+   */
   private fenced<T>(
     token: bigint,
     job: string,
     task: (tx: Tx, query: QueryFn) => Promise<T> | T,
   ): Promise<T> {
-    const fence = fenceStatement(this.schema, this.lockNamespace, job, token);
-    return this.locks.executor.transaction(async ({ query, tx }) => {
-      const held = await query(fence.text, fence.params).catch((error: unknown) => {
-        throw fromPostgresError(error, `fenced write of job ${job}`);
-      });
-      if (held.length === 0) {
-        throw new LeaseLostError(
-          `fenced write refused: job ${job} is no longer held under token ${token}.`,
-          token,
-        );
-      }
-      return task(tx, query);
-    });
+    return fencedWrite(
+      this.locks.executor,
+      this.schema,
+      { namespace: this.lockNamespace, jobKey: job, token },
+      task,
+    );
   }
 
   private async prune(): Promise<void> {
