@@ -5,6 +5,7 @@
  *
  * @packageDocumentation
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { isConnectionLoss } from './connection-loss.js';
 import {
   CommitOutcomeUnknownError,
@@ -14,7 +15,7 @@ import {
 } from './errors.js';
 import type { LockExecutor, TransactionContext } from './executor.js';
 import { sqlState } from './postgres-errors.js';
-import { TRANSACTION_STARTED_STATEMENT } from './sql/locks.js';
+import { TRANSACTION_STARTED_STATEMENT, TRANSACTION_STATUS } from './sql/locks.js';
 
 /**
  * Just before COMMIT: rejects with {@link LockNotHeldError} when the task ended lockkit's
@@ -90,4 +91,37 @@ export function commitFailed(error: unknown, what: string): CommitRolledBackErro
     `${what}: COMMIT failed (SQLSTATE ${state}), so the transaction rolled back: nothing was written. The driver's error is the cause.`,
     { cause: error },
   );
+}
+
+/** Pauses while a transaction whose COMMIT answer was lost is still open on the server: from, doubling up to. */
+const STATUS_POLL_MS = [20, 200] as const;
+
+/**
+ * How the transaction `xid` (the `xid` column a fenced write's fence returns) ended, asked on a new connection
+ * once its COMMIT's answer was lost: `'committed'` or `'aborted'` as soon as the server knows
+ * (a backend whose client vanished mid-transaction aborts once it notices), undefined when it
+ * cannot be told — the server does not know the id (a standby promoted before the transaction
+ * reached it), the question itself failed, or the transaction is still open after `waitMs`. The
+ * caller then keeps its COMMIT_OUTCOME_UNKNOWN.
+ */
+export async function askCommitStatus(
+  executor: Pick<LockExecutor, 'transaction'>,
+  xid: string,
+  waitMs: number,
+): Promise<'committed' | 'aborted' | undefined> {
+  const until = performance.now() + waitMs;
+  let pauseMs: number = STATUS_POLL_MS[0];
+  for (;;) {
+    let status: unknown;
+    try {
+      const [row] = await executor.transaction(({ query }) => query(TRANSACTION_STATUS, [xid]));
+      status = row?.status;
+    } catch {
+      return undefined;
+    }
+    if (status === 'committed' || status === 'aborted') return status;
+    if (status !== 'in progress' || performance.now() + pauseMs > until) return undefined;
+    await sleep(pauseMs);
+    pauseMs = Math.min(pauseMs * 2, STATUS_POLL_MS[1]);
+  }
 }

@@ -23,7 +23,12 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
+import {
+  askCommitStatus,
+  checkCommittable,
+  commitFailed,
+  commitOutcomeUnknown,
+} from './commit-truth.js';
 import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
 import { ConnectionLostError, isLockkitError, LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
@@ -481,6 +486,9 @@ export async function fencedWrite<Tx, T>(
   const what = `fenced write of ${lease.namespace}/${lease.jobKey}`;
   // Set once the task has succeeded on a live connection: what fails after it is the COMMIT.
   let committing = false;
+  // The transaction's id and the task's result: a COMMIT whose answer was lost is asked about.
+  let xid: string | undefined;
+  let done: { readonly result: T } | undefined;
   // The transaction's context, and the task's own error, for telling a lost connection below.
   let context: TransactionContext<Tx> | undefined;
   let taskError: { readonly error: unknown } | undefined;
@@ -509,14 +517,31 @@ export async function fencedWrite<Tx, T>(
       // A write the task's caught error rolled back must not be reported as written.
       await checkCommittable(executor, ctx, what, fenced[0]?.began);
       committing = !(ctx.lost ?? ctx.signal.aborted);
+      xid = typeof fenced[0]?.xid === 'string' ? fenced[0].xid : undefined;
+      done = { result };
       return result;
     });
   } catch (error) {
-    if (committing)
-      throw commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what) ?? error;
-    throw connectionLostBeforeCommit(error, context, taskError, what) ?? error;
+    if (!committing) throw connectionLostBeforeCommit(error, context, taskError, what) ?? error;
+    const failed = commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what) ?? error;
+    if (!isLockkitError(failed) || failed.code !== 'COMMIT_OUTCOME_UNKNOWN' || xid === undefined)
+      throw failed;
+    // The answer to COMMIT was lost: the server knows how the transaction ended. A holder that
+    // went on to run the task again would write twice; one that gave up would lose the write.
+    const status = await askCommitStatus(executor, xid, COMMIT_STATUS_WAIT_MS);
+    if (status === 'committed' && done !== undefined) return done.result;
+    if (status === 'aborted') {
+      throw new ConnectionLostError(
+        `${what}: the connection was lost at COMMIT and the server rolled the transaction back: nothing was written.`,
+        { cause: error },
+      );
+    }
+    throw failed;
   }
 }
+
+/** How long a fenced write whose COMMIT answer was lost waits for the server to know its end. */
+const COMMIT_STATUS_WAIT_MS = 2000;
 
 /**
  * A fenced write's failure before its COMMIT was sent, when it is the loss of the transaction's

@@ -79,16 +79,6 @@ export function schedulerFaultPointCaseIds(
 }
 
 /**
- * Known defects of core that these cases find on every adapter, each with its reason: declared
- * here once (as `expectedFailures`, which an adapter's own entries override), removed with the fix.
- */
-const KNOWN_CORE_DEFECTS: Partial<Record<ConformanceCaseId, string>> = schedulerFaultPointCaseIds(
-  ['drop-after'],
-  ['scheduler-tick-lease'],
-  "known defect (core): in lease mode the answer to the fenced write's COMMIT lost (the write committed, the handler is told the outcome is unknown) gives the tick back and runs its work a second time — the scheduler does not yet ask the server whether that transaction committed",
-);
-
-/**
  * One fault kind as the proxy trap it sets on statement k, and what happens once the trap holds:
  * the node is stopped (its signal fires), the backends are terminated, or (migrations) a rival
  * runs the same operation.
@@ -301,7 +291,6 @@ export function schedulerFaultPointCases<Tx, Session>(
   const all = ['drop-before', 'drop-after', 'late-reply', 'terminated', 'aborted'] as const;
   const test = casesOf({
     ...adapter,
-    expectedFailures: { ...KNOWN_CORE_DEFECTS, ...adapter.expectedFailures },
     ...(off !== undefined && {
       disable: {
         ...schedulerFaultPointCaseIds(all, SCHEDULER_FAULT_OPERATIONS, off),

@@ -29,7 +29,7 @@
  * 55000 in recovery, is never reached there, and a `pg_is_in_recovery()` column could never be
  * seen true (`test/lease-failover.test.ts` runs all four on a standby).
  */
-import { type Statement, TRANSACTION_STARTED } from './locks.js';
+import { type Statement, TRANSACTION_ID, TRANSACTION_STARTED } from './locks.js';
 
 /** Longest error message stored in `last_error`. */
 export const MAX_ERROR_LENGTH = 2000;
@@ -241,7 +241,7 @@ export function fenceStatement(
   token: bigint,
 ): Statement {
   return {
-    text: `SELECT 1 AS valid, ${TRANSACTION_STARTED} FROM ${schema}.leases
+    text: `SELECT 1 AS valid, ${TRANSACTION_STARTED}, ${TRANSACTION_ID} FROM ${schema}.leases
             WHERE namespace = $1 AND job_key = $2 AND token = $3::int8
               AND status = 'IN_PROGRESS' AND expires_at > clock_timestamp()
             FOR KEY SHARE SKIP LOCKED`,

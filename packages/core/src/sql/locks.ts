@@ -51,6 +51,19 @@ export const BACKEND_PID = 'SELECT pg_backend_pid() AS pid';
  */
 export const TRANSACTION_STARTED = 'extract(epoch FROM transaction_timestamp())::text AS began';
 
+/**
+ * A column naming the current transaction for a later question about how it ended: `xid`, its
+ * transaction id (assigned now if it had none), as text. See {@link TRANSACTION_STATUS}.
+ */
+export const TRANSACTION_ID = 'txid_current()::text AS xid';
+
+/**
+ * One row, `status`, how transaction `$1` (an {@link TRANSACTION_ID}) ended as this server knows
+ * it: `committed`, `aborted`, `in progress`, or null when the id is too old to tell. An id this
+ * server never issued (a standby promoted before it received the transaction) is an error.
+ */
+export const TRANSACTION_STATUS = 'SELECT txid_status($1::int8) AS status';
+
 /** One row, `began`: the current transaction's start, as in {@link TRANSACTION_STARTED}. */
 export const TRANSACTION_STARTED_STATEMENT = `SELECT ${TRANSACTION_STARTED}`;
 
