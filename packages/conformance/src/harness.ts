@@ -101,6 +101,8 @@ export type ConformanceCaseId =
   | 'scheduler.hung-lease-handler-lets-go'
   | 'scheduler.lease-runner-dies'
   | 'scheduler.lease-fenced-write-lost-gives-back'
+  | 'scheduler.lease-fenced-own-error-fails'
+  | 'scheduler.lease-fenced-write-lost-bounded'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'

@@ -197,7 +197,7 @@ export class Ledger {
     const s =
       token === null
         ? pendingTicksStatement(this.scope, job.name, [tick], job.hash, now, GIVEN_BACK)
-        : giveBackClaimStatement(this.scope, job.name, tick, token, now, GIVEN_BACK);
+        : giveBackClaimStatement(this.scope, job.name, tick, token, now, GIVEN_BACK, false);
     await rowsOf(query, s);
   }
 
@@ -213,7 +213,8 @@ export class Ledger {
     why: 'stopped' | 'interrupted',
   ): Statement {
     const note = why === 'stopped' ? GIVEN_BACK : GIVEN_BACK_INTERRUPTED;
-    return giveBackClaimStatement(this.scope, job.name, tick, token, now, note);
+    // An interrupted run counts as an attempt: give-backs stay bounded (see the scheduler).
+    return giveBackClaimStatement(this.scope, job.name, tick, token, now, note, why !== 'stopped');
   }
 
   /** Gives back the ticks of lease-mode runs that did not finish under their token. */

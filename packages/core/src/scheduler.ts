@@ -16,9 +16,15 @@ import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
-import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
+import { isConnectionLoss } from './connection-loss.js';
 import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
-import { CommitRolledBackError, LeaseLostError, LockkitError, LockTimeoutError } from './errors.js';
+import {
+  CommitRolledBackError,
+  isLockkitError,
+  LeaseLostError,
+  LockkitError,
+  LockTimeoutError,
+} from './errors.js';
 import type { QueryFn } from './executor.js';
 import { jobKey } from './job-name.js';
 import { LockKey } from './keys.js';
@@ -339,6 +345,12 @@ function count(value: unknown, name: string, min: number, fallback: number): num
 
 const describeError = (error: unknown) =>
   error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+
+/**
+ * Lease mode: how many times beyond a job's attempts a run interrupted by the database (its
+ * fenced write lost its connection) is given back to run again before it counts as failed.
+ */
+const INTERRUPTED_GIVE_BACKS = 3;
 
 /**
  * Runs registered cron jobs so that each scheduled tick runs exactly once across every instance
@@ -1217,12 +1229,24 @@ export class Scheduler<Tx> {
                 interrupted = undefined;
                 return result;
               } catch (error) {
-                interrupted = isLostOrOutcomeUnknown(error) ? error : undefined;
+                // Only lockkit's own word that the database went away: fencedWrite types a lost
+                // connection or COMMIT answer, and passes the task's own errors unchanged — an
+                // ENOENT or a connection of the task's own is the job failing, however it looks.
+                interrupted =
+                  isLockkitError(error) &&
+                  (error.code === 'CONNECTION_LOST' || error.code === 'COMMIT_OUTCOME_UNKNOWN')
+                    ? error
+                    : undefined;
                 throw error;
               }
             },
             alsoRecord: (result) => {
-              if (result.failed && (this.stopping.signal.aborted || interrupted !== undefined)) {
+              // An interrupted run is given back with its attempt counted, at most
+              // INTERRUPTED_GIVE_BACKS times beyond the job's attempts: a tick whose every run
+              // loses its connection ends FAILED, not run forever.
+              const giveBackInterrupted =
+                interrupted !== undefined && attempt < job.maxAttempts + INTERRUPTED_GIVE_BACKS;
+              if (result.failed && (this.stopping.signal.aborted || giveBackInterrupted)) {
                 givenBack = this.stopping.signal.aborted ? 'stopped' : 'interrupted';
                 return [
                   this.ledger.giveBackStatement(

@@ -283,6 +283,73 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.lease-fenced-own-error-fails',
+    'lease mode: a fenced write whose task fails by its own fault on a live connection — an error that merely looks like a lost connection (code ENOENT) — is the job failing: recorded FAILED once, never given back to run again and again',
+    () =>
+      withSchema(async (schema) => {
+        const clock = handClock(0);
+        const events: string[] = [];
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        let calls = 0;
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'lease') throw new Error('mode');
+            calls++;
+            await run.lease.fenced(() => {
+              throw Object.assign(new Error("ENOENT: no such file, open '/etc/job.json'"), {
+                code: 'ENOENT',
+              });
+            });
+          },
+          { mode: 'lease', lease: { ttlMs: 10_000 }, retryDelayMs: 60_000 },
+        );
+        for (const type of ['failed', 'error'] as const) a.on(type, () => events.push(type));
+        await a.runTick('job', at(0));
+        await a.runTick('job', at(0));
+        expect(calls).toBe(1);
+        expect(events).toEqual(['failed']);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['FAILED']);
+        await a.stop();
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.lease-fenced-write-lost-bounded',
+    "lease mode: a tick whose fenced write loses its connection on every run is given back a bounded number of times (3 beyond the job's attempts), then recorded FAILED — not run forever",
+    () =>
+      withSchema(async (schema) => {
+        const clock = handClock(0);
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        let calls = 0;
+        a.register(
+          'job',
+          '* * * * * *',
+          async (run) => {
+            if (run.mode !== 'lease') throw new Error('mode');
+            calls++;
+            await run.lease.fenced((_tx, query) =>
+              query('SELECT pg_terminate_backend(pg_backend_pid())'),
+            );
+          },
+          // No timer retry within the test: each run is fired by hand.
+          { mode: 'lease', lease: { ttlMs: 10_000 }, retries: 1, retryDelayMs: 60_000 },
+        );
+        const failed: SchedulerEvent[] = [];
+        a.on('failed', (e) => failed.push(e));
+        for (let i = 0; i < 8; i++) await a.runTick('job', at(0));
+        // Two attempts (retries: 1) and three give-backs beyond them.
+        expect(calls).toBe(5);
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['FAILED']);
+        expect(failed.map((e) => e.type === 'failed' && e.willRetry)).toEqual([false]);
+        await a.stop();
+      }),
+    60_000,
+  );
+
+  test(
     'scheduler.lease-fast-clock-waits',
     'lease mode: a node whose clock runs ahead fires the next tick while the previous tick still runs elsewhere; it waits (up to claimTimeoutMs) for that run to end and runs the tick, never recording it skipped',
     () =>

@@ -198,8 +198,9 @@ export function finishTickStatement(
 
 /**
  * Gives a lease-mode run's tick back — stop() aborted it, or the database went away under its
- * fenced write — PENDING again from `now`, the attempt not counted, `note` saying why. Only under
- * the run's own token. One row when given back.
+ * fenced write — PENDING again from `now`, `note` saying why; the attempt not counted unless
+ * `countAttempt` (an interrupted run counts, so that give-backs stay bounded). Only under the
+ * run's own token. One row when given back.
  */
 export function giveBackClaimStatement(
   { schema, namespace }: LedgerScope,
@@ -208,14 +209,15 @@ export function giveBackClaimStatement(
   token: bigint,
   now: Date,
   note: string,
+  countAttempt: boolean,
 ): Statement {
   return {
     text: `UPDATE ${schema}.runs
-              SET status = 'PENDING', attempt = attempt - 1, retry_at = $5, owner = NULL,
+              SET status = 'PENDING', attempt = attempt - $7::int, retry_at = $5, owner = NULL,
                   token = NULL, started_at = NULL, error = $6
             WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING' AND token = $4::int8
            RETURNING tick`,
-    params: [namespace, job, iso(tick), String(token), iso(now), note],
+    params: [namespace, job, iso(tick), String(token), iso(now), note, countAttempt ? 0 : 1],
   };
 }
 
