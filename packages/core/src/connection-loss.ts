@@ -18,11 +18,14 @@ function wrapped(error: object): unknown {
 
 /**
  * SQLSTATEs and driver codes of a lost connection: the admin-shutdown class (57P01-57P03), the
- * connection-exception class (08xxx), Node socket errors (ECONNRESET, EPIPE, …), postgres.js's
- * `CONNECTION_*` codes, and Prisma's P1001 (server unreachable) and P1017 (server closed the
- * connection).
+ * connection-exception class (08xxx), the Node socket errors of a connection that broke, timed out
+ * or never came (ECONNRESET, EPIPE, ETIMEDOUT, ECONNREFUSED, unreachable hosts and networks, DNS —
+ * named one by one: an ENOENT or EACCES a task throws is its own failure, not a dead connection),
+ * postgres.js's `CONNECTION_*` codes, and Prisma's P1001 (server unreachable) and P1017 (server
+ * closed the connection).
  */
-const LOST_CODES = /^(57P0[123]|08[0-9A-Z]{3}|E[A-Z]+|CONNECTION_[A-Z_]+|P1001|P1017)$/;
+const LOST_CODES =
+  /^(57P0[123]|08[0-9A-Z]{3}|E(CONNRESET|CONNREFUSED|CONNABORTED|PIPE|TIMEDOUT|HOSTUNREACH|HOSTDOWN|NETUNREACH|NETDOWN|NETRESET|NOTCONN|ADDRNOTAVAIL|AI_AGAIN|NOTFOUND)|CONNECTION_[A-Z_]+|P1001|P1017)$/;
 
 /** Driver messages that carry no code (node-postgres raises plain Errors for a dead socket). */
 const LOST_MESSAGES =
