@@ -39,7 +39,7 @@ import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
-import { measureScale, type ScaleReport } from './scale.js';
+import { measureCeiling, measureScale, type ScaleDecide, type ScaleReport } from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -85,6 +85,11 @@ const { values: flags } = parseArgs({
     json: { type: 'boolean', default: false },
     // The scale run: 8 processes × 1,000 per-second jobs for 30 s (--quick: 2 × 100 for 5 s).
     scale: { type: 'boolean', default: false },
+    // Only the scale matrix: processes × jobs × decide mode, one table row each (env
+    // LOCKKIT_BENCH_SCALE_PROCESSES, _JOBS, _DECIDE, _SECONDS; default 1,4,8 × 100,1000 × both, 10 s).
+    'scale-matrix': { type: 'boolean', default: false },
+    // How the schedulers of --scale decide: 'every-instance' (default) or 'owner'.
+    decide: { type: 'string', default: 'every-instance' },
     // Only the lease renewal latency with 0 and 16 contenders on the same lease.
     'lease-renewal': { type: 'boolean', default: false },
     // Only lockkit's own JavaScript per decision, over a driver that answers at once.
@@ -207,6 +212,14 @@ async function main(): Promise<void> {
   }
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres();
   const url = process.env.DATABASE_URL ?? (embedded?.url as string);
+  if (flags['scale-matrix']) {
+    try {
+      await scaleMatrix(url);
+    } finally {
+      await embedded?.stop();
+    }
+    return;
+  }
   if (flags['lease-renewal']) {
     try {
       await leaseRenewal(url);
@@ -242,9 +255,10 @@ async function main(): Promise<void> {
     memory = measureMemory(url, fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)));
     if (flags.scale) {
       const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+      const decide = decideFlag();
       scale = flags.quick
-        ? await measureScale(url, worker, 2, 100, 5)
-        : await measureScale(url, worker, 8, 1000, 30);
+        ? await measureScale(url, worker, 2, 100, 5, decide)
+        : await measureScale(url, worker, 8, 1000, 30, decide);
     }
     for (const clients of clientCounts) {
       if (clients === 1) {
@@ -571,7 +585,7 @@ async function main(): Promise<void> {
   if (memory) printMemory(memory);
   if (scale) {
     console.log(
-      `\nScale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
+      `\nScale (decide '${scale.decide}'): ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: per due tick ${scale.decisionsPerTick} decisions, ${scale.statementsPerTick} statements, ${scale.transactionsPerTick} transactions (server: ${scale.serverTransactionsPerTick}); ${JSON.stringify(scale.outcomes)}; tick → handler start p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; ${scale.duplicates} duplicates, ${scale.missed} of ${scale.judgedTicks} judged ticks missed; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
     );
   }
   if (flags.json) {
@@ -645,3 +659,55 @@ main().catch((error: unknown) => {
   console.error(error);
   process.exitCode = 1;
 });
+
+/** The --decide flag, checked. */
+function decideFlag(): ScaleDecide {
+  const decide = flags.decide;
+  if (decide !== 'every-instance' && decide !== 'owner')
+    throw new Error(`--decide must be 'every-instance' or 'owner', got '${decide}'`);
+  return decide;
+}
+
+/** A comma-separated list of the environment, or its default. */
+function listOf(name: string, fallback: string): string[] {
+  return (process.env[name] ?? fallback).split(',').filter((v) => v !== '');
+}
+
+/** The scale matrix: one row per decide mode × processes × jobs, printed as each run ends. */
+async function scaleMatrix(url: string): Promise<void> {
+  const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+  const seconds = Number(process.env.LOCKKIT_BENCH_SCALE_SECONDS ?? 10);
+  const reports: ScaleReport[] = [];
+  console.log(
+    '| decide | processes × jobs | decisions / tick | statements / tick | transactions / tick (server) | ran / s | tick → handler p50 | p99 | dup | missed / judged | peak advisory locks |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const decide of listOf('LOCKKIT_BENCH_SCALE_DECIDE', 'every-instance,owner')) {
+    for (const jobs of listOf('LOCKKIT_BENCH_SCALE_JOBS', '100,1000').map(Number)) {
+      for (const processes of listOf('LOCKKIT_BENCH_SCALE_PROCESSES', '1,4,8').map(Number)) {
+        const r = await measureScale(url, worker, processes, jobs, seconds, decide as ScaleDecide);
+        reports.push(r);
+        // No latency when no tick of the judged window ran before the end: the run fell behind.
+        const ms = (v: number) => (Number.isFinite(v) ? `${v} ms` : '—');
+        console.log(
+          `| ${r.decide} | ${r.processes} × ${r.jobsPerProcess} | ${r.decisionsPerTick} | ${r.statementsPerTick} | ${r.transactionsPerTick} (${r.serverTransactionsPerTick}) | ${r.ranPerSecond} | ${ms(r.p50Ms)} | ${ms(r.p99Ms)} | ${r.duplicates} | ${r.missed} / ${r.judgedTicks} | ${r.peakAdvisoryLocks} |`,
+        );
+      }
+    }
+  }
+  // The machine's own ceiling beside as many processes, measured in the same run.
+  const ceilings = [];
+  for (const processes of listOf('LOCKKIT_BENCH_SCALE_PROCESSES', '1,4,8').map(Number)) {
+    const c = await measureCeiling(
+      url,
+      fileURLToPath(new URL('./ceiling-worker.mjs', import.meta.url)),
+      processes,
+      seconds,
+    );
+    ceilings.push(c);
+    console.log(
+      `ceiling beside ${c.processes} processes: ${c.transactionsPerSecond} transactions/s of BEGIN, try-lock, INSERT, COMMIT (${c.statementsPerSecond} statements/s)`,
+    );
+  }
+  if (flags.json) console.log(JSON.stringify({ scale: reports, ceilings }));
+}

@@ -36,6 +36,7 @@ import { robustnessCases } from './cases/robustness.js';
 import { schedulerCases } from './cases/scheduler.js';
 import { schedulerLedgerCases } from './cases/scheduler-ledger.js';
 import { schedulerOverlapRaceCases } from './cases/scheduler-overlap-races.js';
+import { schedulerOwnerCases } from './cases/scheduler-owner.js';
 import { schedulerTimingCases } from './cases/scheduler-timing.js';
 import { sessionCases } from './cases/session.js';
 import { standbyCases } from './cases/standby.js';
@@ -290,4 +291,5 @@ function allSchedulerCases<Tx, Session>(
   schedulerTimingCases(adapter, fixture);
   schedulerLedgerCases(adapter, fixture);
   schedulerOverlapRaceCases(adapter, fixture);
+  schedulerOwnerCases(adapter, fixture);
 }

@@ -4,11 +4,11 @@
  * stop) or SIGKILL.
  *
  * Usage: node scheduler-worker.mjs '<json>' with { module, url, schema, namespace, skewMs, jobs,
- * worker }: the scheduler's namespace scopes its lock keys to the test (another suite on the same
- * server runs the same job names).
+ * worker, decide?, membership? } (the scheduler options of the same names): the namespace scopes
+ * its lock keys to the test (another suite on the same server runs the same job names).
  */
 import { pathToFileURL } from 'node:url';
-import { createLockClient, createScheduler } from '@lockkit/core';
+import { createLockClient, createScheduler, type SchedulerOptions } from '@lockkit/core';
 import type { AdapterInstance } from './harness.js';
 
 interface WorkerConfig {
@@ -19,6 +19,8 @@ interface WorkerConfig {
   readonly skewMs: number;
   readonly jobs: readonly string[];
   readonly worker: string;
+  readonly decide?: SchedulerOptions['decide'];
+  readonly membership?: SchedulerOptions['membership'];
 }
 
 async function main(): Promise<void> {
@@ -33,6 +35,8 @@ async function main(): Promise<void> {
     namespace: config.namespace,
     now: () => Date.now() + config.skewMs,
     catchUpGraceMs: 3000,
+    ...(config.decide !== undefined && { decide: config.decide }),
+    ...(config.membership !== undefined && { membership: config.membership }),
   });
   for (const job of config.jobs) {
     scheduler.register(job, '* * * * * *', async (run) => {

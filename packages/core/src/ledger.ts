@@ -40,6 +40,7 @@ import {
   registerScheduleStatement,
   tickJudgeStatement,
   tickStateStatement,
+  unclaimedTicksStatement,
 } from './sql/scheduler.js';
 
 export type { RunRecord };
@@ -332,6 +333,19 @@ export class Ledger {
   async nextDue(query: QueryFn, job: LedgerJob, now: Date): Promise<Date | undefined> {
     const [row] = await rowsOf(query, nextDueStatement(this.scope, job.name, now));
     return row ? new Date(row.tick as string) : undefined;
+  }
+
+  /**
+   * Of `pairs`, those with no ledger row, oldest tick first: one statement for all of them (the
+   * ticks an owner that died or left never claimed).
+   */
+  async unclaimed(
+    query: QueryFn,
+    pairs: readonly { readonly job: string; readonly tick: Date }[],
+  ): Promise<{ readonly job: string; readonly tick: Date }[]> {
+    if (pairs.length === 0) return [];
+    const rows = await rowsOf(query, unclaimedTicksStatement(this.scope, pairs));
+    return rows.map((r) => ({ job: String(r.job), tick: new Date(String(r.tick)) }));
   }
 
   /** Deletes the job's settled rows older than `retentionMs` (keeping its latest). */

@@ -129,3 +129,35 @@ describe('runTick refuses, before any SQL', () => {
     }
   });
 });
+
+describe("decide: 'owner'", () => {
+  it('refuses an unknown decide, membership without owner mode, and an expireMs a late clock would outlive', () => {
+    expect(() => createScheduler(locks, { decide: 'leader' as 'owner' })).toThrow(invalid);
+    expect(() => createScheduler(locks, { membership: { heartbeatMs: 1000 } })).toThrow(invalid);
+    expect(() =>
+      createScheduler(locks, { decide: 'owner', membership: { heartbeatMs: 0 } }),
+    ).toThrow(invalid);
+    // 2 × 1000 + the default grace of 2000 = 4000 at least.
+    expect(() =>
+      createScheduler(locks, {
+        decide: 'owner',
+        membership: { heartbeatMs: 1000, expireMs: 3999 },
+      }),
+    ).toThrow(/at least 2 × heartbeatMs \+ catchUpGraceMs \(4000 ms\)/);
+    expect(() =>
+      createScheduler(locks, {
+        decide: 'owner',
+        membership: { heartbeatMs: 1000, expireMs: 4000 },
+      }),
+    ).not.toThrow();
+  });
+
+  it('decides every job before its first heartbeat (it knows only itself), and always by default', () => {
+    const owner = createScheduler(locks, { decide: 'owner' }).register('a', '* * * * * *', noop);
+    expect(owner.decides('a')).toBe(true);
+    const every = createScheduler(locks).register('a', '* * * * * *', noop);
+    expect(every.decides('a')).toBe(true);
+    expect(() => every.decides('b')).toThrow(invalid);
+    return expect(every.syncMembership()).rejects.toThrow(invalid);
+  });
+});

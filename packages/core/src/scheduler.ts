@@ -33,7 +33,9 @@ import {
 } from './lease.js';
 import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
+import { Membership } from './membership.js';
 import { fromPostgresError } from './postgres-errors.js';
+import { nameHash, type RendezvousMember } from './rendezvous.js';
 import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -236,6 +238,31 @@ export interface SchedulerOptions {
    * rows nor locks. Default: none (the scope every scheduler without one shares).
    */
   readonly namespace?: string;
+  /**
+   * Which instances decide a tick. `'every-instance'` (default): every instance that registers a
+   * job runs the tick protocol for each of its ticks, and the protocol lets one run it — database
+   * work per tick grows with instances × jobs. `'owner'`: each job is decided by ONE live instance,
+   * picked by rendezvous hashing over the instances of the namespace that heartbeat in the
+   * `members` table (migration 4: run `locks.migrate()`); the others skip its ticks without a
+   * statement. The tick protocol stays the arbiter: two instances that both think they own a job
+   * (views briefly differ) still run each tick once.
+   *
+   * Takeover: when an owner stops cleanly or stops heartbeating (killed), the next instance in
+   * rendezvous order sees it gone at its next heartbeat and runs the old owner's ticks of the gap —
+   * from `expireMs` before the old owner's last heartbeat it saw, up to now — that have no ledger
+   * row, as catch-up runs (whatever the job's `catchUp` policy: they are its ticks, not missed
+   * ones). A killed owner's ticks therefore run at most about `expireMs + 2 × heartbeatMs` (plus
+   * clock skew) after they were due: 7 s with the defaults.
+   */
+  readonly decide?: 'every-instance' | 'owner';
+  /**
+   * With `decide: 'owner'`: `heartbeatMs` (default 1000), how often an instance heartbeats and
+   * re-reads the members, one statement whatever the number of jobs; `expireMs` (default
+   * `3 × heartbeatMs + catchUpGraceMs`), when a member whose heartbeat is older counts as gone.
+   * `expireMs` must be at least `2 × heartbeatMs + catchUpGraceMs`, so that a live member with a
+   * late clock never looks gone.
+   */
+  readonly membership?: { readonly heartbeatMs?: number; readonly expireMs?: number };
 }
 
 interface Job<Tx> extends LedgerJob {
@@ -262,6 +289,10 @@ interface Job<Tx> extends LedgerJob {
   timer: TickTimer | undefined;
   /** The last conflict reported, so that one conflict is reported once. */
   conflict: string | undefined;
+  /** {@link nameHash} of the name: rendezvous hashing picks the job's owner with it. */
+  readonly rendezvousHash: number;
+  /** A takeover of the job's ticks under way (decide 'owner'): its timer's ticks wait for it. */
+  takeover: Promise<void> | undefined;
 }
 
 /** What one attempt at one tick came to on this node. */
@@ -297,6 +328,9 @@ function pause(ms: number, signal: AbortSignal): Promise<boolean> {
 
 /** Why a node attempts a tick: its own timer, catch-up, or a PENDING row of the ledger that is due. */
 type TickSource = 'timer' | 'catch-up' | 'pending';
+
+/** The most ticks of one job a takeover looks at (a per-second job's gap is a few seconds long). */
+const MAX_TAKEOVER_TICKS = 1000;
 
 /** How often registrations are refreshed, and conflicts looked for again. */
 const HEARTBEAT_MS = 60_000;
@@ -379,6 +413,17 @@ export class Scheduler<Tx> {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   /** Whether this instance's registrations are in the ledger (else the heartbeat retries them). */
   private announced = false;
+  /** With `decide: 'owner'`: the live instances and who decides which job. */
+  private readonly membership: Membership | undefined;
+  private membershipTimer: ClockTimer | undefined;
+  /** A takeover whose statement failed: the view it was judged from, and who was gone. */
+  private owedTakeover:
+    | { readonly before: readonly RendezvousMember[]; readonly gone: ReadonlyMap<string, number> }
+    | undefined;
+  /** Whether a heartbeat made this instance a member (stop() then leaves). */
+  private joined = false;
+  /** Heartbeats one after the other: a view is never replaced by an older one. */
+  private membershipSync: Promise<unknown> = Promise.resolve();
 
   /** @internal use {@link createScheduler} */
   constructor(
@@ -418,6 +463,38 @@ export class Scheduler<Tx> {
       this.owner,
       this.lockNamespace,
     );
+    this.membership = this.membershipOf(options, namespace ?? '');
+  }
+
+  /** The membership of `decide: 'owner'` (undefined for the default), its options checked. */
+  private membershipOf(options: SchedulerOptions, namespace: string): Membership | undefined {
+    const decide = options.decide ?? 'every-instance';
+    if (decide !== 'every-instance' && decide !== 'owner')
+      throw new LockkitError('OPTION_INVALID', `decide must be 'every-instance' or 'owner'.`);
+    const given = options.membership;
+    if (
+      given !== undefined &&
+      (typeof given !== 'object' || given === null || Array.isArray(given))
+    )
+      throw new LockkitError('OPTION_INVALID', 'membership must be an object.');
+    if (decide !== 'owner') {
+      if (given !== undefined)
+        throw new LockkitError('OPTION_INVALID', `membership applies only with decide: 'owner'.`);
+      return undefined;
+    }
+    const heartbeatMs = count(given?.heartbeatMs, 'membership.heartbeatMs', 10, 1000);
+    const least = 2 * heartbeatMs + this.graceMs;
+    const expireMs = count(given?.expireMs, 'membership.expireMs', 1, heartbeatMs + least);
+    if (expireMs < least) {
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `membership.expireMs ${expireMs} must be at least 2 × heartbeatMs + catchUpGraceMs (${least} ms), so that a live instance with a late clock never looks gone.`,
+      );
+    }
+    return new Membership({ schema: this.schema, namespace }, this.owner, {
+      heartbeatMs,
+      expireMs,
+    });
   }
 
   /**
@@ -538,6 +615,8 @@ export class Scheduler<Tx> {
       // Set later: present from the start, they stay in the object rather than in a second one.
       timer: undefined,
       conflict: undefined,
+      rendezvousHash: nameHash(name),
+      takeover: undefined,
     });
     this.jobByKey.set(keyId, name);
     const job = this.jobs.get(name) as Job<Tx>;
@@ -589,6 +668,12 @@ export class Scheduler<Tx> {
       () => true,
       () => false,
     );
+    if (this.membership !== undefined) {
+      // Before the timers: a job this instance does not decide is not fired twice at start-up.
+      // Unreachable, it knows only itself and decides every job (safe, as two deciders are).
+      await this.heartbeatNow(this.membership).catch(() => {});
+      this.heartbeatLater(this.membership);
+    }
     for (const job of this.jobs.values()) this.schedule(job);
     this.heartbeatTimer = setInterval(() => void this.heartbeat().catch(() => {}), HEARTBEAT_MS);
     this.heartbeatTimer.unref();
@@ -618,6 +703,7 @@ export class Scheduler<Tx> {
     this.retryTimers.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
+    this.membershipTimer?.cancel();
     const deadline = Date.now() + (options.timeoutMs ?? 30_000);
     const until = (ms: number) =>
       new Promise<'timeout'>((resolve) => setTimeout(resolve, ms, 'timeout').unref());
@@ -627,8 +713,19 @@ export class Scheduler<Tx> {
     // The clean-up gets what is left of timeoutMs: a database that stopped answering (or a pool
     // used up by a stuck run) must not hold stop() for ever; an entry left behind stops counting
     // as live once its heartbeat is old.
-    if (this.started) {
-      const cleanUp = this.query((q) => this.ledger.deregister(q)).catch(() => {});
+    const membership = this.joined ? this.membership : undefined;
+    if (this.started || membership !== undefined) {
+      const started = this.started;
+      // After a heartbeat in flight, which would otherwise write the row back after the leave.
+      const cleanUp = this.membershipSync
+        .then(() =>
+          this.query(async (q) => {
+            if (started) await this.ledger.deregister(q);
+            // Gone from the members at once: the next owners take over at their next heartbeat.
+            await membership?.leave(q);
+          }),
+        )
+        .catch(() => {});
       await Promise.race([cleanUp, until(Math.max(0, deadline - Date.now()))]);
     }
     return { stillRunning };
@@ -641,6 +738,8 @@ export class Scheduler<Tx> {
    * `OPTION_INVALID` for an unknown job, or for a tick that is not a valid Date on the job's
    * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
+   * With `decide: 'owner'`, resolves at once without a statement when this instance does not
+   * decide the job (see {@link Scheduler.decides}), as its timer would.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const job = this.jobs.get(name);
@@ -655,9 +754,140 @@ export class Scheduler<Tx> {
         `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${job.cronText}".`,
       );
     }
+    if (this.membership !== undefined && !this.membership.decides(job.rendezvousHash)) return;
     const work = this.fire(job, tick);
     this.track(work);
     await work;
+  }
+
+  /**
+   * Whether this instance decides the job's ticks: always with `decide: 'every-instance'`; with
+   * `'owner'`, when rendezvous hashing over its current view of the live instances picks it.
+   */
+  decides(name: string): boolean {
+    const job = this.jobs.get(name);
+    if (!job) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
+    return this.membership === undefined || this.membership.decides(job.rendezvousHash);
+  }
+
+  /**
+   * With `decide: 'owner'`: heartbeats now (one statement) and reads the live instances, as the
+   * heartbeat timer does, and takes over the jobs of any instance gone since (see
+   * {@link SchedulerOptions.decide}). Resolves, once that takeover has run, with the live
+   * instances' names (this one's included), sorted. For tests and operators, as
+   * {@link Scheduler.runTick} is. Rejects with `OPTION_INVALID` without `decide: 'owner'`, and
+   * with the database's error when the heartbeat fails.
+   */
+  async syncMembership(): Promise<readonly string[]> {
+    const membership = this.membership;
+    if (membership === undefined)
+      throw new LockkitError('OPTION_INVALID', `syncMembership needs decide: 'owner'.`);
+    const { names, takeover } = await this.heartbeatNow(membership);
+    await takeover;
+    return names;
+  }
+
+  /** One heartbeat, after the one before it: the live members, and the takeover it started. */
+  private heartbeatNow(
+    membership: Membership,
+  ): Promise<{ readonly names: readonly string[]; readonly takeover: Promise<void> }> {
+    const next = this.membershipSync.then(async () => {
+      const now = new Date(this.now());
+      const change = await this.query((q) => membership.heartbeat(q, now));
+      this.joined = true;
+      const owed = this.owedTakeover;
+      this.owedTakeover = undefined;
+      const takeovers: Promise<void>[] = [];
+      if (!this.stopping.signal.aborted) {
+        if (owed !== undefined)
+          takeovers.push(this.takeOver(membership, owed.before, owed.gone, now));
+        if (change.gone.size > 0)
+          takeovers.push(this.takeOver(membership, change.before, change.gone, now));
+      }
+      const takeover = Promise.all(takeovers).then(() => {});
+      return { names: membership.names(), takeover };
+    });
+    this.membershipSync = next.catch(() => {});
+    return next;
+  }
+
+  /** Heartbeats every `heartbeatMs` on the scheduler's clock, until stop(); never waits for a takeover. */
+  private heartbeatLater(membership: Membership): void {
+    if (this.stopping.signal.aborted) return;
+    this.membershipTimer = this.clock.setTimer(membership.timing.heartbeatMs, () => {
+      void this.heartbeatNow(membership)
+        .catch(() => {})
+        .finally(() => this.heartbeatLater(membership));
+    });
+  }
+
+  /**
+   * The jobs whose owner in the view `before` is gone, and that this instance decides now: their
+   * ticks from `expireMs` before the gone owner's last heartbeat up to `now` that have no ledger
+   * row (one statement for all of them) are run now, oldest first, as catch-up runs — whatever the
+   * job's catch-up policy, since their owner never got to them. The job's timer ticks wait for it.
+   * Resolves when every taken-over job is done with it (failures are `error` events).
+   */
+  private takeOver(
+    membership: Membership,
+    before: readonly RendezvousMember[],
+    gone: ReadonlyMap<string, number>,
+    now: Date,
+  ): Promise<void> {
+    const pairs: { job: string; tick: Date }[] = [];
+    const taken: Job<Tx>[] = [];
+    for (const job of this.jobs.values()) {
+      const lastBeat = gone.get(membership.ownerOf(job.rendezvousHash, before));
+      if (lastBeat === undefined || !membership.decides(job.rendezvousHash)) continue;
+      taken.push(job);
+      let t = job.cron.nextRun(new Date(lastBeat - membership.timing.expireMs - 1));
+      for (let n = 0; t && t.getTime() <= now.getTime() && n < MAX_TAKEOVER_TICKS; n++) {
+        pairs.push({ job: job.name, tick: t });
+        t = job.cron.nextRun(t);
+      }
+    }
+    if (taken.length === 0) return Promise.resolve();
+    const unclaimed = this.query((q) => this.ledger.unclaimed(q, pairs)).then(
+      (rows) => {
+        const byJob = new Map<string, Date[]>();
+        for (const { job, tick } of rows) byJob.set(job, [...(byJob.get(job) ?? []), tick]);
+        return byJob;
+      },
+      (error: unknown) => {
+        // Owed to the next heartbeat: the gone owner's ticks are not left to catch-up for a blip.
+        const owed = this.owedTakeover;
+        this.owedTakeover = {
+          before: owed?.before ?? before,
+          gone: new Map([...(owed?.gone ?? []), ...gone]),
+        };
+        if (!this.stopping.signal.aborted)
+          this.emit({ type: 'error', job: (taken[0] as Job<Tx>).name, tick: now, error });
+        return new Map<string, Date[]>();
+      },
+    );
+    const works: Promise<void>[] = [];
+    for (const job of taken) {
+      const work = unclaimed
+        .then(async (byJob) => {
+          let drain = false;
+          for (const tick of byJob.get(job.name) ?? []) {
+            if (this.stopping.signal.aborted) return;
+            drain = (await this.runOne(job, tick, 'catch-up')).drain || drain;
+          }
+          if (drain) await this.drain(job);
+        })
+        .catch((error: unknown) => {
+          if (!this.stopping.signal.aborted)
+            this.emit({ type: 'error', job: job.name, tick: now, error });
+        })
+        .finally(() => {
+          if (job.takeover === work) job.takeover = undefined;
+        });
+      job.takeover = work;
+      works.push(work);
+      this.track(work);
+    }
+    return Promise.all(works).then(() => {});
   }
 
   private emit(event: SchedulerEvent): void {
@@ -676,7 +906,14 @@ export class Scheduler<Tx> {
     job.timer = new TickTimer(job.cron, {
       clock: this.clock,
       jitterMs: job.jitterMs,
-      onTick: (tick) => this.track(this.fire(job, tick)),
+      onTick: (tick) => {
+        // decide 'owner': a job another instance decides costs nothing here, not a statement.
+        if (this.membership !== undefined && !this.membership.decides(job.rendezvousHash)) return;
+        const takeover = job.takeover;
+        this.track(
+          takeover === undefined ? this.fire(job, tick) : takeover.then(() => this.fire(job, tick)),
+        );
+      },
     });
     job.timer.start();
   }

@@ -436,105 +436,130 @@ export function schedulerCases<Tx, Session>(
     return;
   }
   const workerModule = adapter.workerModule;
+  /**
+   * With decide 'owner': a heartbeat every 250 ms, gone after 3,750 ms (2 × 250 + the workers'
+   * 3 s grace, and a beat more): the killed owner's ticks are taken over within about 4.25 s.
+   */
+  const ownerMembership = { heartbeatMs: 250, expireMs: 3750 };
+  const workerCase = (decide: 'every-instance' | 'owner') => () =>
+    withSchema(async (schema) => {
+      const f = fixture();
+      // Job names of their own in owner mode: the two cases may run side by side on one database.
+      const jobs =
+        decide === 'owner'
+          ? Array.from({ length: 8 }, (_, j) => `job${j}-${schema.slice(-6)}`)
+          : ['alpha', 'beta', 'gamma'];
+      const skews = [-800, -250, 300, 800];
+      const workers: ChildProcess[] = skews.map((skewMs, i) =>
+        spawn(
+          process.execPath,
+          [
+            fileURLToPath(new URL('./scheduler-worker.mjs', import.meta.url)),
+            JSON.stringify({
+              module: workerModule,
+              url: f.url,
+              schema,
+              // Its own lock keys: another suite on this server runs the same job names.
+              namespace: schema,
+              skewMs,
+              jobs,
+              worker: `w${i}`,
+              ...(decide === 'owner' && { decide, membership: ownerMembership }),
+            }),
+          ],
+          { stdio: ['ignore', 'pipe', 'inherit'] },
+        ),
+      );
+      try {
+        await Promise.all(
+          workers.map(
+            (w) =>
+              new Promise<void>((resolve, reject) => {
+                let out = '';
+                const timer = setTimeout(
+                  () => reject(new Error(`worker not ready: ${out}`)),
+                  20_000,
+                );
+                w.stdout?.on('data', (chunk: Buffer) => {
+                  out += chunk.toString();
+                  if (out.includes('READY')) {
+                    clearTimeout(timer);
+                    resolve();
+                  } else if (out.includes('ERROR')) {
+                    clearTimeout(timer);
+                    reject(new Error(out));
+                  }
+                });
+              }),
+          ),
+        );
+        // Judge whole seconds that every worker had started before (plus skew).
+        const windowStart = Math.ceil(Date.now() / 1000) * 1000 + 2000;
+        await sleep(workerSeconds * 500);
+        // The worker whose clock runs ahead fires first and claims most ticks: kill it mid-run.
+        // In owner mode, the one that owns most jobs (that ran most ticks so far).
+        let victim = skews.indexOf(Math.max(...skews));
+        if (decide === 'owner') {
+          const [top] = await f.observer.query<{ worker: string }>(
+            `SELECT worker FROM "${schema}".executions GROUP BY worker ORDER BY count(*) DESC LIMIT 1`,
+          );
+          victim = Number(top?.worker.slice(1) ?? victim);
+        }
+        workers[victim]?.kill('SIGKILL');
+        // In owner mode its jobs wait for the takeover (expireMs + 2 heartbeats): leave it time.
+        await sleep(Math.max(workerSeconds * 500, decide === 'owner' ? 8000 : 0));
+        const windowEnd = Math.floor(Date.now() / 1000) * 1000 - 2000;
+        for (const w of workers)
+          if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
+        await Promise.all(
+          workers.map((w) =>
+            w.exitCode === null && w.signalCode === null
+              ? new Promise((r) => w.once('exit', r))
+              : null,
+          ),
+        );
+        const due: number[] = [];
+        for (let t = windowStart; t <= windowEnd; t += 1000) due.push(t);
+        expect(due.length).toBeGreaterThanOrEqual(workerSeconds - 6);
+        for (const job of jobs) {
+          const runs = await executions(schema, job);
+          const inWindow = runs.filter((r) => {
+            const t = new Date(r.tick).getTime();
+            return t >= windowStart && t <= windowEnd;
+          });
+          expect(
+            inWindow.filter((r) => r.n > 1),
+            `${job}: duplicate runs`,
+          ).toEqual([]);
+          const ran = new Set(inWindow.map((r) => new Date(r.tick).getTime()));
+          expect(
+            due.filter((t) => !ran.has(t)).map((t) => new Date(t).toISOString()),
+            `${job}: missed ticks`,
+          ).toEqual([]);
+        }
+        // The killed worker had been running ticks, and the others carried on after it died.
+        const owners = await f.observer.query<{ worker: string; n: number }>(
+          `SELECT worker, count(*)::int AS n FROM "${schema}".executions GROUP BY worker`,
+        );
+        expect(owners.find((o) => o.worker === `w${victim}`)?.n ?? 0).toBeGreaterThan(0);
+        expect(
+          owners.filter((o) => o.worker !== `w${victim}`).reduce((n, o) => n + o.n, 0),
+        ).toBeGreaterThan(0);
+      } finally {
+        for (const w of workers)
+          if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
+      }
+    });
   test(
     'scheduler.worker-processes',
     `4 worker processes, clocks skewed up to ±800 ms, 3 per-second jobs for ${workerSeconds} s, one SIGKILLed mid-run: no duplicate, no missed tick`,
-    () =>
-      withSchema(async (schema) => {
-        const f = fixture();
-        const jobs = ['alpha', 'beta', 'gamma'];
-        const skews = [-800, -250, 300, 800];
-        const workers: ChildProcess[] = skews.map((skewMs, i) =>
-          spawn(
-            process.execPath,
-            [
-              fileURLToPath(new URL('./scheduler-worker.mjs', import.meta.url)),
-              JSON.stringify({
-                module: workerModule,
-                url: f.url,
-                schema,
-                // Its own lock keys: another suite on this server runs alpha, beta and gamma too.
-                namespace: schema,
-                skewMs,
-                jobs,
-                worker: `w${i}`,
-              }),
-            ],
-            { stdio: ['ignore', 'pipe', 'inherit'] },
-          ),
-        );
-        try {
-          await Promise.all(
-            workers.map(
-              (w) =>
-                new Promise<void>((resolve, reject) => {
-                  let out = '';
-                  const timer = setTimeout(
-                    () => reject(new Error(`worker not ready: ${out}`)),
-                    20_000,
-                  );
-                  w.stdout?.on('data', (chunk: Buffer) => {
-                    out += chunk.toString();
-                    if (out.includes('READY')) {
-                      clearTimeout(timer);
-                      resolve();
-                    } else if (out.includes('ERROR')) {
-                      clearTimeout(timer);
-                      reject(new Error(out));
-                    }
-                  });
-                }),
-            ),
-          );
-          // Judge whole seconds that every worker had started before (plus skew).
-          const windowStart = Math.ceil(Date.now() / 1000) * 1000 + 2000;
-          await sleep(workerSeconds * 500);
-          // The worker whose clock runs ahead fires first and claims most ticks: kill it mid-run.
-          const victim = skews.indexOf(Math.max(...skews));
-          workers[victim]?.kill('SIGKILL');
-          await sleep(workerSeconds * 500);
-          const windowEnd = Math.floor(Date.now() / 1000) * 1000 - 2000;
-          for (const w of workers)
-            if (w.exitCode === null && w.signalCode === null) w.kill('SIGTERM');
-          await Promise.all(
-            workers.map((w) =>
-              w.exitCode === null && w.signalCode === null
-                ? new Promise((r) => w.once('exit', r))
-                : null,
-            ),
-          );
-          const due: number[] = [];
-          for (let t = windowStart; t <= windowEnd; t += 1000) due.push(t);
-          expect(due.length).toBeGreaterThanOrEqual(workerSeconds - 6);
-          for (const job of jobs) {
-            const runs = await executions(schema, job);
-            const inWindow = runs.filter((r) => {
-              const t = new Date(r.tick).getTime();
-              return t >= windowStart && t <= windowEnd;
-            });
-            expect(
-              inWindow.filter((r) => r.n > 1),
-              `${job}: duplicate runs`,
-            ).toEqual([]);
-            const ran = new Set(inWindow.map((r) => new Date(r.tick).getTime()));
-            expect(
-              due.filter((t) => !ran.has(t)).map((t) => new Date(t).toISOString()),
-              `${job}: missed ticks`,
-            ).toEqual([]);
-          }
-          // The killed worker had been running ticks, and the others carried on after it died.
-          const owners = await f.observer.query<{ worker: string; n: number }>(
-            `SELECT worker, count(*)::int AS n FROM "${schema}".executions GROUP BY worker`,
-          );
-          expect(owners.find((o) => o.worker === `w${victim}`)?.n ?? 0).toBeGreaterThan(0);
-          expect(
-            owners.filter((o) => o.worker !== `w${victim}`).reduce((n, o) => n + o.n, 0),
-          ).toBeGreaterThan(0);
-        } finally {
-          for (const w of workers)
-            if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
-        }
-      }),
+    workerCase('every-instance'),
     workerSeconds * 1000 + 60_000,
+  );
+  test(
+    'scheduler.worker-processes-owner',
+    `decide 'owner': 4 worker processes, clocks skewed up to ±800 ms, 8 per-second jobs for ${workerSeconds} s or more, one SIGKILLed mid-run: its jobs taken over, no duplicate, no missed tick`,
+    workerCase('owner'),
+    workerSeconds * 1000 + 70_000,
   );
 }

@@ -88,6 +88,20 @@ export const MIGRATIONS: readonly Migration[] = [
          'lockkit scheduler registrations: which instance registered which job on which schedule (schedule conflicts)'`,
     ],
   },
+  {
+    version: 4,
+    description: "scheduler members: one heartbeat row per instance (decide: 'owner')",
+    statements: [
+      `CREATE TABLE $schema.members (
+         namespace    text        NOT NULL,
+         owner        text        NOT NULL,
+         heartbeat_at timestamptz NOT NULL,
+         PRIMARY KEY (namespace, owner)
+       )`,
+      `COMMENT ON TABLE $schema.members IS
+         'lockkit scheduler members: live instances by heartbeat (on the scheduler''s clock); each job is decided by one of them, chosen by rendezvous hashing'`,
+    ],
+  },
 ];
 
 /** The latest schema version. */

@@ -337,6 +337,29 @@ export function nextDueStatement(
   };
 }
 
+/**
+ * Of the (job, tick) pairs given, those with no ledger row but an older row of their job (`job`,
+ * `tick` as ISO text): the ticks of jobs this instance took over that their old owner never
+ * claimed. A tick older than the job's first row is not one (a job's first ticks before anybody
+ * ran it, as catch-up has no anchor for them either). One statement for every pair of a
+ * takeover, whatever the number of jobs.
+ */
+export function unclaimedTicksStatement(
+  { schema, namespace }: LedgerScope,
+  pairs: readonly { readonly job: string; readonly tick: Date }[],
+): Statement {
+  return {
+    text: `SELECT c.job, to_json(c.tick)#>>'{}' AS tick
+             FROM json_to_recordset($2::text::json) AS c(job text, tick timestamptz)
+            WHERE NOT EXISTS (SELECT 1 FROM ${schema}.runs r
+                               WHERE r.namespace = $1 AND r.job = c.job AND r.tick = c.tick)
+              AND EXISTS (SELECT 1 FROM ${schema}.runs r
+                           WHERE r.namespace = $1 AND r.job = c.job AND r.tick < c.tick)
+            ORDER BY c.tick`,
+    params: [namespace, JSON.stringify(pairs.map((p) => ({ job: p.job, tick: iso(p.tick) })))],
+  };
+}
+
 /** Deletes ledger rows older than `retentionMs`, always keeping the job's latest row and open ones. */
 export function pruneStatement(
   { schema, namespace }: LedgerScope,

@@ -1,0 +1,333 @@
+/**
+ * The scheduler with `decide: 'owner'`: one live instance decides each job (rendezvous hashing
+ * over the members' heartbeats), the tick protocol still arbitrates. Exactly once across skewed
+ * clocks while members join and leave (two deciders for a moment), a stopped-without-cleanup
+ * owner's ticks taken over within the documented bound whatever the catch-up policy, and lease
+ * mode. Deterministic: hand-set clocks, `runTick` for the timers and `syncMembership` for the
+ * heartbeats; no sleep.
+ */
+import { randomBytes } from 'node:crypto';
+import {
+  createLockClient,
+  createScheduler,
+  type LockClient,
+  type Scheduler,
+  type SchedulerEvent,
+  type SchedulerOptions,
+} from '@lockkit/core';
+import { expect } from 'vitest';
+import type { ConformanceAdapter } from '../harness.js';
+import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
+
+/** A whole minute far from now: no real timer reaches it. */
+const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
+const at = (seconds: number) => new Date(BASE + seconds * 1000);
+
+/** A clock a test sets by hand, in seconds after {@link BASE}. */
+function handClock(): { now: () => number; set: (seconds: number) => void } {
+  let t = BASE;
+  return {
+    now: () => t,
+    set: (s) => {
+      t = BASE + Math.round(s * 1000);
+    },
+  };
+}
+
+/** Scheduler cases of `decide: 'owner'`. */
+export function schedulerOwnerCases<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => Fixture<Tx, Session>,
+): void {
+  const test = casesOf(adapter);
+
+  const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
+    withLockkitSchema(fixture(), fn, ['executions (job text, tick timestamptz, worker text)']);
+
+  /** Job names of their own: lock keys do not depend on the schema. */
+  const jobNames = (n: number) => {
+    const prefix = `owner-${randomBytes(4).toString('hex')}`;
+    return Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
+  };
+
+  interface Node {
+    readonly name: string;
+    readonly scheduler: Scheduler<Tx>;
+    readonly events: SchedulerEvent[];
+    /** What each run of this node was told. */
+    readonly runs: { job: string; tick: number; lateMs: number; catchUp: boolean }[];
+  }
+
+  const node = (
+    schema: string,
+    name: string,
+    jobs: readonly string[],
+    options: SchedulerOptions,
+    mode: 'transaction' | 'lease' = 'transaction',
+  ): Node => {
+    const scheduler = createScheduler(
+      createLockClient(fixture().newInstance(4).executor, { schema }),
+      { owner: name, decide: 'owner', ...options },
+    );
+    const events: SchedulerEvent[] = [];
+    const runs: Node['runs'] = [];
+    for (const type of ['ran', 'failed', 'missed', 'error', 'skipped-held'] as const)
+      scheduler.on(type, (e) => void events.push(e));
+    for (const job of jobs) {
+      if (mode === 'transaction') {
+        scheduler.register(job, '* * * * * *', async (run) => {
+          runs.push({ job, tick: run.tick.getTime(), lateMs: run.lateMs, catchUp: run.catchUp });
+          await run.query(`INSERT INTO "${schema}".executions VALUES ($1, $2, $3)`, [
+            job,
+            run.tick.toISOString(),
+            name,
+          ]);
+        });
+      } else {
+        scheduler.register(
+          job,
+          '* * * * * *',
+          async (run) => {
+            runs.push({ job, tick: run.tick.getTime(), lateMs: run.lateMs, catchUp: run.catchUp });
+            await run.lease.fenced((_tx, query) =>
+              query(`INSERT INTO "${schema}".executions VALUES ($1, $2, $3)`, [
+                job,
+                run.tick.toISOString(),
+                name,
+              ]),
+            );
+          },
+          { mode: 'lease' },
+        );
+      }
+    }
+    return { name, scheduler, events, runs };
+  };
+
+  /** Every node fires `tick` of every job, at once, as their timers would. */
+  const fireAll = (nodes: readonly Node[], jobs: readonly string[], tick: Date) =>
+    Promise.all(nodes.flatMap((n) => jobs.map((job) => n.scheduler.runTick(job, tick))));
+
+  const deciders = (nodes: readonly Node[], job: string) =>
+    nodes.filter((n) => n.scheduler.decides(job)).map((n) => n.name);
+
+  /** Each (job, tick) of `jobs` × `seconds` ran exactly once; no MISSED or other row but SUCCEEDED. */
+  const expectExactlyOnce = async (schema: string, jobs: readonly string[], seconds: number[]) => {
+    const f = fixture();
+    const ran = await f.observer.query<{ job: string; tick: Date; n: number }>(
+      `SELECT job, tick, count(*)::int AS n FROM "${schema}".executions GROUP BY job, tick`,
+    );
+    const count = new Map(ran.map((r) => [`${r.job}@${new Date(r.tick).getTime()}`, r.n]));
+    const wrong: string[] = [];
+    for (const job of jobs)
+      for (const s of seconds) {
+        const n = count.get(`${job}@${at(s).getTime()}`) ?? 0;
+        if (n !== 1) wrong.push(`${job} tick ${s}: ran ${n} times`);
+      }
+    expect(wrong, 'ticks not run exactly once').toEqual([]);
+    const statuses = await f.observer.query<{ status: string; n: number }>(
+      `SELECT status, count(*)::int AS n FROM "${schema}".runs GROUP BY status`,
+    );
+    expect(statuses).toEqual([{ status: 'SUCCEEDED', n: jobs.length * seconds.length }]);
+  };
+
+  test(
+    'scheduler.owner-exactly-once',
+    "decide 'owner': three instances with clocks ±800 ms apart, a fourth joining and one leaving — each tick runs exactly once, and once every view agrees each job has one decider",
+    () =>
+      withSchema(async (schema) => {
+        const jobs = jobNames(24);
+        const clock = handClock();
+        const skewed = (ms: number) => () => clock.now() + ms;
+        const nodes = (
+          [
+            ['n0', -800],
+            ['n1', 0],
+            ['n2', 800],
+          ] as const
+        ).map(([name, skew]) => node(schema, name, jobs, { now: skewed(skew) }));
+        const n1 = nodes[1] as Node;
+        // Each tick is fired 900 ms after it is due on the shared clock: due on every skewed one.
+        clock.set(0.9);
+        for (const n of nodes) await n.scheduler.syncMembership();
+        for (const n of nodes)
+          expect(await n.scheduler.syncMembership()).toEqual(['n0', 'n1', 'n2']);
+        for (const job of jobs) expect(deciders(nodes, job)).toHaveLength(1);
+        for (const s of [1, 2, 3]) {
+          clock.set(s + 0.9);
+          await fireAll(nodes, jobs, at(s));
+        }
+
+        // n3 joins: it sees four members, the others still three. The jobs it wins have two
+        // deciders for now.
+        const n3 = node(schema, 'n3', jobs, { now: skewed(300) });
+        nodes.push(n3);
+        expect(await n3.scheduler.syncMembership()).toEqual(['n0', 'n1', 'n2', 'n3']);
+        const twice = jobs.filter((job) => deciders(nodes, job).length === 2);
+        expect(twice.length, 'jobs the newcomer won').toBeGreaterThan(0);
+        expect(twice.every((job) => n3.scheduler.decides(job))).toBe(true);
+        for (const s of [4, 5]) {
+          clock.set(s + 0.9);
+          await fireAll(nodes, jobs, at(s));
+        }
+        for (const n of nodes) await n.scheduler.syncMembership();
+        for (const job of jobs) expect(deciders(nodes, job)).toHaveLength(1);
+        clock.set(6.9);
+        await fireAll(nodes, jobs, at(6));
+
+        // n1 leaves cleanly. Until the others' next heartbeat, nobody fires its jobs' ticks.
+        const left = jobs.filter((job) => n1.scheduler.decides(job));
+        expect(left.length).toBeGreaterThan(0);
+        await n1.scheduler.stop();
+        const stayed = nodes.filter((n) => n !== n1);
+        clock.set(7.9);
+        await fireAll(stayed, jobs, at(7));
+        const before = await fixture().observer.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${schema}".runs WHERE tick = $1`,
+          [at(7)],
+        );
+        expect(before[0]?.n).toBe(jobs.length - left.length);
+        // Their next heartbeat sees n1 gone: its jobs' unclaimed ticks are taken over.
+        for (const n of stayed) await n.scheduler.syncMembership();
+        for (const job of jobs) expect(deciders(stayed, job)).toHaveLength(1);
+        clock.set(8.9);
+        await fireAll(stayed, jobs, at(8));
+
+        await Promise.all(stayed.map((n) => n.scheduler.stop()));
+        await expectExactlyOnce(schema, jobs, [1, 2, 3, 4, 5, 6, 7, 8]);
+        const taken = stayed.flatMap((n) =>
+          n.events.filter((e) => e.type === 'ran' && e.tick.getTime() === at(7).getTime()),
+        );
+        expect(taken).toHaveLength(jobs.length);
+        for (const n of nodes)
+          expect(n.events.filter((e) => e.type !== 'ran').map((e) => e.type)).toEqual([]);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.owner-killed-takeover',
+    "decide 'owner': an owner that stops heartbeating without cleanup (as a SIGKILL leaves it) has its ticks run by the next owner within expireMs + 2 × heartbeatMs, none recorded MISSED under catch-up 'skip'",
+    () =>
+      withSchema(async (schema) => {
+        const jobs = jobNames(12);
+        const clock = handClock();
+        const membership = { heartbeatMs: 1000, expireMs: 5000 };
+        const nodes = ['a', 'b', 'c'].map((name) =>
+          node(schema, name, jobs, { now: clock.now, membership, catchUpGraceMs: 2000 }),
+        );
+        const [a, b, c] = nodes as [Node, Node, Node];
+        const beat = async (live: readonly Node[]) => {
+          for (const n of live) await n.scheduler.syncMembership();
+        };
+        clock.set(0.5);
+        await beat(nodes);
+        await beat(nodes);
+        for (const s of [1, 2, 3]) {
+          clock.set(s + 0.5);
+          await beat(nodes);
+          await fireAll(nodes, jobs, at(s));
+        }
+        // a's last heartbeat was at 3.5. From now on it neither beats nor fires: dead.
+        const orphans = jobs.filter((job) => a.scheduler.decides(job));
+        expect(orphans.length).toBeGreaterThan(0);
+        const live = [b, c];
+        let takenAt: number | undefined;
+        for (const s of [4, 5, 6, 7, 8, 9]) {
+          clock.set(s + 0.5);
+          await beat(live);
+          if (takenAt === undefined && orphans.every((job) => deciders(live, job).length === 1))
+            takenAt = s + 0.5;
+          await fireAll(live, jobs, at(s));
+        }
+        // Gone once its heartbeat is expireMs old (at 8.5), seen at the next heartbeat.
+        expect(takenAt).toBe(8.5);
+        await Promise.all(live.map((n) => n.scheduler.stop()));
+        await expectExactlyOnce(schema, jobs, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        // Its ticks 4 to 8 ran at the takeover, as catch-up runs, each at most expireMs + 2 ×
+        // heartbeatMs after it was due.
+        const takenOver = live.flatMap((n) =>
+          n.runs.filter((r) => orphans.includes(r.job) && r.tick < at(9).getTime()),
+        );
+        expect(takenOver).toHaveLength(orphans.length * 5);
+        expect(takenOver.every((r) => r.catchUp && r.lateMs <= 5000 + 2 * 1000)).toBe(true);
+        expect(Math.max(...takenOver.map((r) => r.lateMs))).toBe(4500);
+        const missed = live.flatMap((n) => n.events.filter((e) => e.type !== 'ran'));
+        expect(missed).toEqual([]);
+        await a.scheduler.stop();
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.owner-takeover-retried',
+    "decide 'owner': a takeover whose statement fails (the ledger unreachable) is owed to the next heartbeat, not left to catch-up",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const jobs = jobNames(8);
+        const clock = handClock();
+        const nodes = ['a', 'b'].map((name) => node(schema, name, jobs, { now: clock.now }));
+        const [a, b] = nodes as [Node, Node];
+        clock.set(0.5);
+        for (const n of [...nodes, ...nodes]) await n.scheduler.syncMembership();
+        clock.set(1.5);
+        await fireAll(nodes, jobs, at(1));
+        const left = jobs.filter((job) => b.scheduler.decides(job));
+        expect(left.length).toBeGreaterThan(0);
+        await b.scheduler.stop();
+        clock.set(2.5);
+        await fireAll([a], jobs, at(2));
+        // The ledger is away while a sees b gone: its takeover statement fails.
+        await f.observer.query(`ALTER TABLE "${schema}".runs RENAME TO runs_away`);
+        try {
+          expect(await a.scheduler.syncMembership()).toEqual(['a']);
+        } finally {
+          await f.observer.query(`ALTER TABLE "${schema}".runs_away RENAME TO runs`);
+        }
+        expect(a.events.filter((e) => e.type !== 'ran').map((e) => e.type)).toEqual(['error']);
+        // Before tick 3 is due: the takeover owed runs b's tick 2, nothing newer.
+        clock.set(2.9);
+        await a.scheduler.syncMembership();
+        await a.scheduler.stop();
+        await expectExactlyOnce(schema, jobs, [1, 2]);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.owner-lease',
+    "decide 'owner' in lease mode: each tick once under its lease, and a leaving owner's tick taken over",
+    () =>
+      withSchema(async (schema) => {
+        const jobs = jobNames(8);
+        const clock = handClock();
+        const nodes = ['a', 'b'].map((name) =>
+          node(schema, name, jobs, { now: clock.now }, 'lease'),
+        );
+        const [a, b] = nodes as [Node, Node];
+        clock.set(0.5);
+        for (const n of [...nodes, ...nodes]) await n.scheduler.syncMembership();
+        for (const job of jobs) expect(deciders(nodes, job)).toHaveLength(1);
+        for (const s of [1, 2]) {
+          clock.set(s + 0.5);
+          await fireAll(nodes, jobs, at(s));
+        }
+        const left = jobs.filter((job) => b.scheduler.decides(job));
+        expect(left.length).toBeGreaterThan(0);
+        await b.scheduler.stop();
+        clock.set(3.5);
+        await fireAll([a], jobs, at(3));
+        await a.scheduler.syncMembership();
+        clock.set(4.5);
+        await fireAll([a], jobs, at(4));
+        await a.scheduler.stop();
+        await expectExactlyOnce(schema, jobs, [1, 2, 3, 4]);
+        const tokens = await fixture().observer.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM "${schema}".runs WHERE token IS NULL`,
+        );
+        expect(tokens[0]?.n, 'lease-mode rows carry their fencing token').toBe(0);
+      }),
+    60_000,
+  );
+}
