@@ -119,6 +119,7 @@ export type ConformanceCaseId =
   | 'scheduler.worker-processes-owner'
   | 'scheduler.owner-killed-takeover'
   | 'scheduler.owner-takeover-retried'
+  | 'scheduler.owner-tick-during-heartbeat'
   | 'scheduler.owner-lease'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'
