@@ -794,15 +794,19 @@ export class Scheduler<Tx> {
     const next = this.membershipSync.then(async () => {
       const now = new Date(this.now());
       const change = await this.query((q) => membership.heartbeat(q, now));
+      // The takeover runs up to the clock read once the new view is in place, not up to `now`:
+      // a tick due while the heartbeat was in flight (seconds, behind a busy pool) was skipped
+      // by this instance's timer under the old view, where the gone owner decided it.
+      const seen = new Date(Math.max(this.now(), now.getTime()));
       this.joined = true;
       const owed = this.owedTakeover;
       this.owedTakeover = undefined;
       const takeovers: Promise<void>[] = [];
       if (!this.stopping.signal.aborted) {
         if (owed !== undefined)
-          takeovers.push(this.takeOver(membership, owed.before, owed.gone, now));
+          takeovers.push(this.takeOver(membership, owed.before, owed.gone, seen));
         if (change.gone.size > 0)
-          takeovers.push(this.takeOver(membership, change.before, change.gone, now));
+          takeovers.push(this.takeOver(membership, change.before, change.gone, seen));
       }
       const takeover = Promise.all(takeovers).then(() => {});
       return { names: membership.names(), takeover };
@@ -823,7 +827,8 @@ export class Scheduler<Tx> {
 
   /**
    * The jobs whose owner in the view `before` is gone, and that this instance decides now: their
-   * ticks from `expireMs` before the gone owner's last heartbeat up to `now` that have no ledger
+   * ticks from `expireMs` before the gone owner's last heartbeat up to `now` (read after the view
+   * that saw it gone was in place, so no tick falls between the two views) that have no ledger
    * row (one statement for all of them) are run now, oldest first, as catch-up runs — whatever the
    * job's catch-up policy, since their owner never got to them. The job's timer ticks wait for it.
    * Resolves when every taken-over job is done with it (failures are `error` events).
