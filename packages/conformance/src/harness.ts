@@ -120,6 +120,7 @@ export type ConformanceCaseId =
   | 'scheduler.owner-killed-takeover'
   | 'scheduler.owner-takeover-retried'
   | 'scheduler.owner-tick-during-heartbeat'
+  | 'scheduler.owner-heartbeat-commit-failed'
   | 'scheduler.owner-lease'
   | 'pooler.hazard-reproduced'
   | 'pooler.session-refused-when-declared'

@@ -360,6 +360,55 @@ export function schedulerOwnerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.owner-heartbeat-commit-failed',
+    "decide 'owner': a heartbeat that sees an owner gone but whose transaction fails at COMMIT does not forget that it is gone — the next heartbeat takes over its ticks",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const jobs = jobNames(8);
+        const clock = handClock();
+        const membership = { heartbeatMs: 1000, expireMs: 5000 };
+        const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
+        const [a, b] = ['a', 'b'].map((name) => node(schema, name, jobs, options)) as [Node, Node];
+        clock.set(0.5);
+        for (const n of [a, b, a, b]) await n.scheduler.syncMembership();
+        clock.set(1.5);
+        await fireAll([a, b], jobs, at(1));
+        // b's last heartbeat was at 0.5: killed. a sees it gone from 5.5 on.
+        const orphans = jobs.filter((job) => b.scheduler.decides(job));
+        expect(orphans.length).toBeGreaterThan(0);
+        for (const s of [2, 3, 4, 5]) {
+          clock.set(s + 0.4);
+          await a.scheduler.syncMembership();
+          await fireAll([a], jobs, at(s));
+        }
+        // The heartbeat that sees b gone is answered, then its COMMIT fails (a deferred trigger).
+        await f.observer.query(
+          `CREATE FUNCTION "${schema}".refuse_commit() RETURNS trigger LANGUAGE plpgsql AS
+             $$BEGIN RAISE EXCEPTION 'commit refused'; END$$`,
+        );
+        await f.observer.query(
+          `CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT OR UPDATE ON "${schema}".members
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "${schema}".refuse_commit()`,
+        );
+        clock.set(5.6);
+        try {
+          await expect(a.scheduler.syncMembership()).rejects.toThrow();
+        } finally {
+          await f.observer.query(`DROP TRIGGER refuse_commit ON "${schema}".members`);
+        }
+        clock.set(5.7);
+        expect(await a.scheduler.syncMembership()).toEqual(['a']);
+        clock.set(6.5);
+        await fireAll([a], jobs, at(6));
+        await a.scheduler.stop();
+        await expectExactlyOnce(schema, jobs, [1, 2, 3, 4, 5, 6]);
+        await b.scheduler.stop();
+      }),
+    60_000,
+  );
+
+  test(
     'scheduler.owner-lease',
     "decide 'owner' in lease mode: each tick once under its lease, and a leaving owner's tick taken over",
     () =>
