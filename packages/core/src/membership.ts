@@ -34,7 +34,7 @@ const FORGET_AFTER_EXPIRIES = 100;
 /** One instance's membership in its namespace, and its view of the others. */
 export class Membership {
   private members: readonly RendezvousMember[];
-  private beats = new Map<string, number>();
+  private beats: ReadonlyMap<string, number> = new Map<string, number>();
   private readonly self: RendezvousMember;
 
   constructor(
@@ -63,10 +63,12 @@ export class Membership {
   }
 
   /**
-   * Heartbeats at `now` (this instance's clock) and reads the live members, in one statement;
-   * the view is replaced once the statement answered.
+   * Heartbeats at `now` (this instance's clock) and reads the live members, in one statement:
+   * resolves with each live member's last heartbeat (ms), this instance's included. The view is
+   * left as it was: {@link Membership.see} replaces it once the heartbeat's transaction committed,
+   * so a heartbeat that fails at COMMIT does not make a gone member's going pass unseen.
    */
-  async heartbeat(query: QueryFn, now: Date): Promise<MembershipChange> {
+  async heartbeat(query: QueryFn, now: Date): Promise<ReadonlyMap<string, number>> {
     const { expireMs } = this.timing;
     const s = heartbeatMembersStatement(
       this.scope.schema,
@@ -80,6 +82,11 @@ export class Membership {
     const beats = new Map<string, number>();
     for (const r of rows) beats.set(String(r.owner), new Date(String(r.heartbeat_at)).getTime());
     beats.set(this.self.name, now.getTime());
+    return beats;
+  }
+
+  /** Replaces the view with the live members of a committed {@link Membership.heartbeat}. */
+  see(beats: ReadonlyMap<string, number>): MembershipChange {
     const before = this.members;
     const gone = new Map<string, number>();
     for (const m of before) {

@@ -793,8 +793,8 @@ export class Scheduler<Tx> {
   ): Promise<{ readonly names: readonly string[]; readonly takeover: Promise<void> }> {
     const next = this.membershipSync.then(async () => {
       const now = new Date(this.now());
-      const change = await this.query((q) => membership.heartbeat(q, now));
-      // The takeover runs up to the clock read once the new view is in place, not up to `now`:
+      const change = membership.see(await this.query((q) => membership.heartbeat(q, now)));
+      // The takeover runs up to the clock read as the new view is in place, not up to `now`:
       // a tick due while the heartbeat was in flight (seconds, behind a busy pool) was skipped
       // by this instance's timer under the old view, where the gone owner decided it.
       const seen = new Date(Math.max(this.now(), now.getTime()));
