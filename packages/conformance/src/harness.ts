@@ -119,6 +119,8 @@ export type ConformanceCaseId =
   | 'scheduler.worker-processes-owner'
   | 'scheduler.owner-killed-takeover'
   | 'scheduler.owner-takeover-retried'
+  | 'scheduler.owner-decision-retried'
+  | 'scheduler.owner-newcomer-during-death'
   | 'scheduler.owner-tick-during-heartbeat'
   | 'scheduler.owner-heartbeat-commit-failed'
   | 'scheduler.owner-lease'

@@ -332,6 +332,9 @@ type TickSource = 'timer' | 'catch-up' | 'pending';
 /** The most ticks of one job a takeover looks at (a per-second job's gap is a few seconds long). */
 const MAX_TAKEOVER_TICKS = 1000;
 
+/** decide 'owner': pauses before a tick whose decision failed is decided again, from, doubling up to. */
+const DECISION_RETRY_MS = [100, 1000] as const;
+
 /** How often registrations are refreshed, and conflicts looked for again. */
 const HEARTBEAT_MS = 60_000;
 
@@ -841,9 +844,18 @@ export class Scheduler<Tx> {
   ): Promise<void> {
     const pairs: { job: string; tick: Date }[] = [];
     const taken: Job<Tx>[] = [];
+    const knewBefore = new Set(before.map((m) => m.name));
     for (const job of this.jobs.values()) {
       const lastBeat = gone.get(membership.ownerOf(job.rendezvousHash, before));
-      if (lastBeat === undefined || !membership.decides(job.rendezvousHash)) continue;
+      if (lastBeat === undefined) continue;
+      // Taken over here when this instance decides the job now — or when its decider now is a
+      // newcomer this instance had not seen yet: a member that joined after the gone one's last
+      // heartbeat never had it in its view, never sees it go, and would not cover its gap.
+      if (
+        !membership.decides(job.rendezvousHash) &&
+        knewBefore.has(membership.ownerOf(job.rendezvousHash))
+      )
+        continue;
       taken.push(job);
       let t = job.cron.nextRun(new Date(lastBeat - membership.timing.expireMs - 1));
       for (let n = 0; t && t.getTime() <= now.getTime() && n < MAX_TAKEOVER_TICKS; n++) {
@@ -987,7 +999,7 @@ export class Scheduler<Tx> {
    * something — every PENDING tick of the job that is due (queued ticks, retries, ticks given
    * back), oldest first.
    */
-  private async fire(job: Job<Tx>, tick: Date): Promise<void> {
+  private async fire(job: Job<Tx>, tick: Date, attempt = 0): Promise<void> {
     try {
       const outcome = await this.runOne(job, tick, 'timer');
       let drain = outcome.drain;
@@ -997,8 +1009,28 @@ export class Scheduler<Tx> {
       }
       if (drain) await this.drain(job);
     } catch (error) {
-      if (!this.stopping.signal.aborted) this.emit({ type: 'error', job: job.name, tick, error });
+      if (this.stopping.signal.aborted) return;
+      this.emit({ type: 'error', job: job.name, tick, error });
+      this.decideAgain(job, tick, attempt);
     }
+  }
+
+  /**
+   * decide 'owner': this instance, the one that decides the job, failed to decide `tick` (the
+   * `error` event said why: a blip, a pool timeout under load). No other instance will, so it tries
+   * again, pausing {@link DECISION_RETRY_MS}, while the tick is younger than catchUpGraceMs; past
+   * that, the tick is catch-up's, as after an outage. Every-instance mode needs none of this: the
+   * other instances decide the same tick.
+   */
+  private decideAgain(job: Job<Tx>, tick: Date, attempt: number): void {
+    if (this.membership === undefined || !this.membership.decides(job.rendezvousHash)) return;
+    const pauseMs = Math.min(DECISION_RETRY_MS[0] * 2 ** attempt, DECISION_RETRY_MS[1]);
+    if (this.now() + pauseMs >= tick.getTime() + this.graceMs) return;
+    const timer = this.clock.setTimer(pauseMs, () => {
+      this.retryTimers.delete(timer);
+      this.track(this.fire(job, tick, attempt + 1));
+    });
+    this.retryTimers.add(timer);
   }
 
   /** Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. */

@@ -11,6 +11,7 @@ import {
   createLockClient,
   createScheduler,
   type LockClient,
+  type LockExecutor,
   type Scheduler,
   type SchedulerEvent,
   type SchedulerOptions,
@@ -64,9 +65,10 @@ export function schedulerOwnerCases<Tx, Session>(
     jobs: readonly string[],
     options: SchedulerOptions,
     mode: 'transaction' | 'lease' = 'transaction',
+    wrap: (executor: LockExecutor<Tx, Session>) => LockExecutor<Tx, Session> = (e) => e,
   ): Node => {
     const scheduler = createScheduler(
-      createLockClient(fixture().newInstance(4).executor, { schema }),
+      createLockClient(wrap(fixture().newInstance(4).executor), { schema }),
       { owner: name, decide: 'owner', ...options },
     );
     const events: SchedulerEvent[] = [];
@@ -291,6 +293,112 @@ export function schedulerOwnerCases<Tx, Session>(
         await a.scheduler.syncMembership();
         await a.scheduler.stop();
         await expectExactlyOnce(schema, jobs, [1, 2]);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.owner-decision-retried',
+    "decide 'owner': the one instance that decides a job fails to decide a tick (its transaction failed: a blip, a pool timeout under load) — it tries that tick again while it is younger than catchUpGraceMs, and the tick runs once, not lost (every-instance mode had the other instances for that)",
+    () =>
+      withSchema(async (schema) => {
+        const jobs = jobNames(8);
+        const clock = handClock();
+        const membership = { heartbeatMs: 1000, expireMs: 5000 };
+        const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
+        let failNext = false;
+        const flaky = (executor: LockExecutor<Tx, Session>): LockExecutor<Tx, Session> => ({
+          name: executor.name,
+          transaction: (fn) => {
+            if (!failNext) return executor.transaction(fn);
+            failNext = false;
+            return Promise.reject(new Error('a blip: this transaction never reached the server'));
+          },
+        });
+        const a = node(schema, 'a', jobs, options, 'transaction', flaky);
+        const b = node(schema, 'b', jobs, options);
+        clock.set(0.5);
+        for (const n of [a, b, a, b]) await n.scheduler.syncMembership();
+        clock.set(1.5);
+        await fireAll([a, b], jobs, at(1));
+        // The job whose decision fails is whichever of a's starts its transaction first.
+        let failedJob: string | undefined;
+        const ran = new Set<string>();
+        let onRan: (() => void) | undefined;
+        a.scheduler.on('error', (e) => {
+          failedJob = e.job;
+        });
+        a.scheduler.on('ran', (e) => {
+          ran.add(`${e.job}@${e.tick.getTime()}`);
+          onRan?.();
+        });
+        const ranAgain = new Promise<void>((resolve) => {
+          onRan = () => {
+            if (failedJob !== undefined && ran.has(`${failedJob}@${at(2).getTime()}`)) resolve();
+          };
+        });
+        clock.set(2.5);
+        failNext = true;
+        await fireAll([a, b], jobs, at(2));
+        expect(a.events.filter((e) => e.type === 'error').length).toBe(1);
+        expect(failedJob !== undefined && a.scheduler.decides(failedJob)).toBe(true);
+        onRan?.();
+        // The retry is a real timer (this clock only reads): bounded, then judged.
+        await Promise.race([
+          ranAgain,
+          new Promise((_, reject) =>
+            setTimeout(
+              () => reject(new Error('the failed decision was never tried again')),
+              10_000,
+            ),
+          ),
+        ]);
+        await Promise.all([a.scheduler.stop(), b.scheduler.stop()]);
+        await expectExactlyOnce(schema, jobs, [1, 2]);
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.owner-newcomer-during-death',
+    "decide 'owner': an instance that joins after an owner died and never saw it live wins some of its jobs — the members that see the owner go take over those jobs' gap too, since the newcomer never sees it go",
+    () =>
+      withSchema(async (schema) => {
+        // Enough jobs that the newcomer wins some of the dead owner's (each has one chance in
+        // two): all of them missing it is one chance in about 2^16.
+        const jobs = jobNames(32);
+        const clock = handClock();
+        const membership = { heartbeatMs: 1000, expireMs: 5000 };
+        const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
+        const [a, b] = ['a', 'b'].map((name) => node(schema, name, jobs, options)) as [Node, Node];
+        clock.set(0.5);
+        for (const n of [a, b, a, b]) await n.scheduler.syncMembership();
+        clock.set(1.5);
+        await fireAll([a, b], jobs, at(1));
+        // b's last heartbeat was at 0.5: killed. a sees it live until 5.5.
+        const orphans = jobs.filter((job) => b.scheduler.decides(job));
+        for (const s of [2, 3, 4, 5]) {
+          clock.set(s + 0.4);
+          await a.scheduler.syncMembership();
+          await fireAll([a], jobs, at(s));
+        }
+        // c joins at 5.6: b is expired in its first view, so c never sees b, nor b go.
+        clock.set(5.6);
+        const c = node(schema, 'c', jobs, options);
+        await c.scheduler.syncMembership();
+        const wonByNewcomer = orphans.filter((job) => c.scheduler.decides(job));
+        expect(wonByNewcomer.length).toBeGreaterThan(0);
+        // a sees b go, with c in its new view: c's share of b's jobs is taken over by a too.
+        clock.set(5.7);
+        await a.scheduler.syncMembership();
+        for (const s of [6, 7, 8]) {
+          clock.set(s + 0.5);
+          await a.scheduler.syncMembership();
+          await c.scheduler.syncMembership();
+          await fireAll([a, c], jobs, at(s));
+        }
+        await Promise.all([a, b, c].map((n) => n.scheduler.stop()));
+        await expectExactlyOnce(schema, jobs, [1, 2, 3, 4, 5, 6, 7, 8]);
       }),
     60_000,
   );
