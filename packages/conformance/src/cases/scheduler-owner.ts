@@ -45,7 +45,12 @@ export function schedulerOwnerCases<Tx, Session>(
   const withSchema = (fn: (schema: string, locks: LockClient<Tx, Session>) => Promise<void>) =>
     withLockkitSchema(fixture(), fn, ['executions (job text, tick timestamptz, worker text)']);
 
-  /** Job names of their own: lock keys do not depend on the schema. */
+  /**
+   * Job names of their own: lock keys do not depend on the schema. Random, so which member
+   * decides which job is too: a case that needs each of two members to decide some takes 20 (all
+   * on one side is about one chance in 500,000), not 8 (one in 128, seen failing); one of three
+   * members deciding some takes 36.
+   */
   const jobNames = (n: number) => {
     const prefix = `owner-${randomBytes(4).toString('hex')}`;
     return Array.from({ length: n }, (_, i) => `${prefix}-${i}`);
@@ -212,7 +217,7 @@ export function schedulerOwnerCases<Tx, Session>(
     "decide 'owner': an owner that stops heartbeating without cleanup (as a SIGKILL leaves it) has its ticks run by the next owner within expireMs + 2 × heartbeatMs, none recorded MISSED under catch-up 'skip'",
     () =>
       withSchema(async (schema) => {
-        const jobs = jobNames(12);
+        const jobs = jobNames(36);
         const clock = handClock();
         const membership = { heartbeatMs: 1000, expireMs: 5000 };
         const nodes = ['a', 'b', 'c'].map((name) =>
@@ -267,7 +272,7 @@ export function schedulerOwnerCases<Tx, Session>(
     () =>
       withSchema(async (schema) => {
         const f = fixture();
-        const jobs = jobNames(8);
+        const jobs = jobNames(20);
         const clock = handClock();
         const nodes = ['a', 'b'].map((name) => node(schema, name, jobs, { now: clock.now }));
         const [a, b] = nodes as [Node, Node];
@@ -302,7 +307,7 @@ export function schedulerOwnerCases<Tx, Session>(
     "decide 'owner': the one instance that decides a job fails to decide a tick (its transaction failed: a blip, a pool timeout under load) — it tries that tick again while it is younger than catchUpGraceMs, and the tick runs once, not lost (every-instance mode had the other instances for that)",
     () =>
       withSchema(async (schema) => {
-        const jobs = jobNames(8);
+        const jobs = jobNames(20);
         const clock = handClock();
         const membership = { heartbeatMs: 1000, expireMs: 5000 };
         const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
@@ -364,9 +369,9 @@ export function schedulerOwnerCases<Tx, Session>(
     "decide 'owner': an instance that joins after an owner died and never saw it live wins some of its jobs — the members that see the owner go take over those jobs' gap too, since the newcomer never sees it go",
     () =>
       withSchema(async (schema) => {
-        // Enough jobs that the newcomer wins some of the dead owner's (each has one chance in
-        // two): all of them missing it is one chance in about 2^16.
-        const jobs = jobNames(32);
+        // Enough jobs that the newcomer wins some of the dead owner's (each job about one chance
+        // in four): none of 48 is about one chance in a million.
+        const jobs = jobNames(48);
         const clock = handClock();
         const membership = { heartbeatMs: 1000, expireMs: 5000 };
         const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
@@ -408,7 +413,7 @@ export function schedulerOwnerCases<Tx, Session>(
     "decide 'owner': a tick due while the heartbeat that sees its owner gone is still in flight (the old view says the dead owner decides it) is run by the takeover, not lost",
     () =>
       withSchema(async (schema) => {
-        const jobs = jobNames(8);
+        const jobs = jobNames(20);
         const clock = handClock();
         // a's clock tells when a reads it: the heartbeat's own instant is the first read after arming.
         let onRead: (() => void) | undefined;
@@ -473,7 +478,7 @@ export function schedulerOwnerCases<Tx, Session>(
     () =>
       withSchema(async (schema) => {
         const f = fixture();
-        const jobs = jobNames(8);
+        const jobs = jobNames(20);
         const clock = handClock();
         const membership = { heartbeatMs: 1000, expireMs: 5000 };
         const options = { now: clock.now, membership, catchUpGraceMs: 2000 };
@@ -521,7 +526,7 @@ export function schedulerOwnerCases<Tx, Session>(
     "decide 'owner' in lease mode: each tick once under its lease, and a leaving owner's tick taken over",
     () =>
       withSchema(async (schema) => {
-        const jobs = jobNames(8);
+        const jobs = jobNames(20);
         const clock = handClock();
         const nodes = ['a', 'b'].map((name) =>
           node(schema, name, jobs, { now: clock.now }, 'lease'),
