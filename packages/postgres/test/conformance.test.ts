@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import {
+  type ConformanceCaseId,
   faultPointCaseIds,
   LEASE_FAULT_PROTOCOLS,
   runConformance,
@@ -96,9 +97,15 @@ const staleFatal = (prepare: boolean) => {
   // The scheduler and migration fault points meet it at boundary 1 in both modes, each run then
   // waiting out its watchdog: skipped visibly rather than run as expected failures.
   const scheduler = schedulerFaultPointCaseIds(['terminated'], SCHEDULER_FAULT_OPERATIONS, reason);
+  // This case ends its own backend on every run (five times in a row): from the second run on the
+  // stale FATAL meets the slot's next checkout (measured: 3 or 4 runs of 5, a connection left
+  // checked out). Skipped visibly; its one-termination sibling still runs.
+  const bounded: Partial<Record<ConformanceCaseId, string>> = {
+    'scheduler.lease-fenced-write-lost-bounded': reason,
+  };
   return prepare
-    ? { expectedFailures: ids, disable: scheduler }
-    : { disable: { ...ids, ...scheduler } };
+    ? { expectedFailures: ids, disable: { ...scheduler, ...bounded } }
+    : { disable: { ...ids, ...scheduler, ...bounded } };
 };
 
 for (const prepare of [true, false]) {
