@@ -82,12 +82,17 @@ function compiled(text: string, params: readonly unknown[] | undefined): Compile
   return CompiledQuery.raw(text, params === undefined ? [] : [...params]);
 }
 
-/** Runs core's statements on one Kysely handle (a transaction, a pinned connection). */
+/**
+ * Runs core's statements on one Kysely handle (a transaction, a pinned connection). The user's
+ * plugins are left out: one that rewrites results (`CamelCasePlugin`) would rename the columns
+ * core reads (`runner_gone` to `runnerGone`), and a renamed column reads as missing.
+ */
 function sender(handle: Kysely<never>, fate: ConnectionFate): QueryFn {
+  const bare = handle.withoutPlugins();
   return async (text, params) => {
     if (fate.aborted) throw fate.reason;
     try {
-      return [...(await handle.executeQuery(compiled(text, params))).rows];
+      return [...(await bare.executeQuery(compiled(text, params))).rows];
     } catch (error) {
       if (isConnectionLoss(error)) fate.abort(error);
       throw error;
@@ -163,7 +168,8 @@ export function kyselyExecutor<DB>(
   options: KyselyExecutorOptions = {},
 ): LockExecutor<Transaction<DB>, Kysely<DB>> {
   const name = options.name ?? 'kysely';
-  const untyped = db as unknown as Kysely<never>;
+  // Without the user's plugins, for the reason given at `sender`.
+  const untyped = (db as unknown as Kysely<never>).withoutPlugins();
   const watch = new BackendWatch(
     async (text, params) => (await untyped.executeQuery(compiled(text, params))).rows,
     { intervalMs: options.livenessCheckMs ?? 1000 },
