@@ -5,7 +5,13 @@
  * dialect; what Kysely does not show (the driver's connections, their events, the pool's size)
  * comes from the optional `pool` option.
  */
-import type { LockExecutor, QueryFn, Row, SessionContext } from '@lockkit/core';
+import {
+  type LockExecutor,
+  LockkitError,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+} from '@lockkit/core';
 import {
   BACKEND_PID,
   BackendWatch,
@@ -244,6 +250,14 @@ export function kyselyExecutor<DB>(
           // The pg connection under it, when lockkit has the pool: its startup pid, its
           // transaction status, and the one connection to close afterwards.
           const client = pool === undefined ? undefined : takePinned<KyselyPgClientLike>();
+          if (pool !== undefined && client === undefined) {
+            // Kysely took the connection from another pool: lockkit sees neither its startup pid
+            // (a transaction pooler would go undetected) nor the connection to close afterwards.
+            throw new LockkitError(
+              'OPTION_INVALID',
+              `The ${name} executor's pool option is not the pg.Pool Kysely's PostgresDialect draws from: give lockkit that very pool (or none, and declare transactionPooler).`,
+            );
+          }
           const fate = new ConnectionFate();
           const slot = client === undefined ? undefined : slotOf(client);
           if (slot) slot.current = fate;
