@@ -109,6 +109,14 @@ export function knexExecutor(
       `The ${name} executor needs a Knex instance made with the 'pg' client (node-postgres), not '${String(driver)}'.`,
     );
   }
+  // A transaction's client hands out that transaction's own connection: lockkit's transaction
+  // would nest in the caller's, and its clean-up ROLLBACK would end the caller's transaction.
+  if ((knex as { isTransaction?: unknown }).isTransaction === true) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `The ${name} executor needs the Knex instance, not a transaction of it (a trx): lockkit opens its own transactions on connections of the instance's pool.`,
+    );
+  }
   const client = knex.client as Knex.Client;
   // A pool of one: a lockkit call from inside a task could never get the connection, and a wait
   // can only be cancelled with the protocol's own request.

@@ -145,6 +145,32 @@ describe('Knex executor', () => {
     expect(instance.checkedOut()).toBe(0);
   });
 
+  it("refuses a Knex transaction as its handle, before any SQL: the caller's transaction is untouched", async () => {
+    const name = randomBytes(6).toString('hex');
+    await expect(
+      db.transaction(async (trx) => {
+        await trx(table).insert({ name: `${name}-before` });
+        // A trx's client hands out the trx's own connection: lockkit's transaction, and its
+        // clean-up ROLLBACK, would land in the caller's transaction.
+        let refusal: unknown;
+        try {
+          const misused = createLockKit(trx);
+          await misused.withLock(key(), async () => 'ran').catch(() => {});
+        } catch (error) {
+          refusal = error;
+        }
+        await trx(table).insert({ name: `${name}-after` });
+        throw Object.assign(new Error('the caller rolls back'), { refusal });
+      }),
+    ).rejects.toMatchObject({
+      message: 'the caller rolls back',
+      refusal: { code: 'OPTION_INVALID' },
+    });
+    // Nothing of the rolled-back transaction is kept.
+    const { rows } = await db.raw(`SELECT name FROM ${table} WHERE name LIKE ?`, [`${name}-%`]);
+    expect(rows).toEqual([]);
+  });
+
   it('refuses a Knex instance of another dialect before any SQL', () => {
     const cockroach = knex({
       client: 'cockroachdb',

@@ -5,7 +5,13 @@
  * dialect; what Kysely does not show (the driver's connections, their events, the pool's size)
  * comes from the optional `pool` option.
  */
-import type { LockExecutor, QueryFn, Row, SessionContext } from '@lockkit/core';
+import {
+  type LockExecutor,
+  LockkitError,
+  type QueryFn,
+  type Row,
+  type SessionContext,
+} from '@lockkit/core';
 import {
   BACKEND_PID,
   BackendWatch,
@@ -82,12 +88,17 @@ function compiled(text: string, params: readonly unknown[] | undefined): Compile
   return CompiledQuery.raw(text, params === undefined ? [] : [...params]);
 }
 
-/** Runs core's statements on one Kysely handle (a transaction, a pinned connection). */
+/**
+ * Runs core's statements on one Kysely handle (a transaction, a pinned connection). The user's
+ * plugins are left out: one that rewrites results (`CamelCasePlugin`) would rename the columns
+ * core reads (`runner_gone` to `runnerGone`), and a renamed column reads as missing.
+ */
 function sender(handle: Kysely<never>, fate: ConnectionFate): QueryFn {
+  const bare = handle.withoutPlugins();
   return async (text, params) => {
     if (fate.aborted) throw fate.reason;
     try {
-      return [...(await handle.executeQuery(compiled(text, params))).rows];
+      return [...(await bare.executeQuery(compiled(text, params))).rows];
     } catch (error) {
       if (isConnectionLoss(error)) fate.abort(error);
       throw error;
@@ -163,7 +174,8 @@ export function kyselyExecutor<DB>(
   options: KyselyExecutorOptions = {},
 ): LockExecutor<Transaction<DB>, Kysely<DB>> {
   const name = options.name ?? 'kysely';
-  const untyped = db as unknown as Kysely<never>;
+  // Without the user's plugins, for the reason given at `sender`.
+  const untyped = (db as unknown as Kysely<never>).withoutPlugins();
   const watch = new BackendWatch(
     async (text, params) => (await untyped.executeQuery(compiled(text, params))).rows,
     { intervalMs: options.livenessCheckMs ?? 1000 },
@@ -238,6 +250,14 @@ export function kyselyExecutor<DB>(
           // The pg connection under it, when lockkit has the pool: its startup pid, its
           // transaction status, and the one connection to close afterwards.
           const client = pool === undefined ? undefined : takePinned<KyselyPgClientLike>();
+          if (pool !== undefined && client === undefined) {
+            // Kysely took the connection from another pool: lockkit sees neither its startup pid
+            // (a transaction pooler would go undetected) nor the connection to close afterwards.
+            throw new LockkitError(
+              'OPTION_INVALID',
+              `The ${name} executor's pool option is not the pg.Pool Kysely's PostgresDialect draws from: give lockkit that very pool (or none, and declare transactionPooler).`,
+            );
+          }
           const fate = new ConnectionFate();
           const slot = client === undefined ? undefined : slotOf(client);
           if (slot) slot.current = fate;

@@ -6,11 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import { LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
-import { sql } from 'kysely';
+import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLockKit } from '../src/index.js';
-import { kyselyInstance } from './instances.js';
+import { kyselyInstance, type TestDatabase } from './instances.js';
 
 const closers: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -73,6 +73,31 @@ describe('@lockkit/kysely', () => {
       );
     });
     expect(viaCallback).toBe(2);
+  });
+
+  it("refuses a session when the pool option is not the dialect's pool, before the task runs", async () => {
+    // A Kysely no lockkit client has seen, and another pool given as its pool: lockkit would see
+    // none of the session's connections, so neither a transaction pooler's startup pid nor the
+    // pinned connection to close.
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 4 });
+    const db = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
+    const other = new pg.Pool({ connectionString: testDatabaseUrl(), max: 4 });
+    closers.push(
+      () => db.destroy(),
+      () => other.end(),
+    );
+    const locks = createLockKit(db, { pool: other });
+    let ran = false;
+    const outcome = await locks
+      .withSessionLock(key(), async () => {
+        ran = true;
+      })
+      .then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+    expect(outcome).toMatchObject({ code: 'OPTION_INVALID' });
+    expect(ran).toBe(false);
   });
 
   it('closes a session connection after the task, and returns only once its locks are gone', async () => {

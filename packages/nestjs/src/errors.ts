@@ -19,7 +19,9 @@ export type LockkitModuleErrorReason =
   /** `exclusiveSignal()` was called outside a method guarded by `@Exclusive`. */
   | 'OUTSIDE_EXCLUSIVE'
   /** The module's options are not usable (no lock client, a bad logger, …). */
-  | 'OPTIONS_INVALID';
+  | 'OPTIONS_INVALID'
+  /** `LockkitScheduleModule` is imported more than once in one application: each copy would run every job. */
+  | 'DUPLICATE_MODULE';
 
 /**
  * Thrown by `@lockkit/nestjs` during the application's initialisation for bad input, so that a

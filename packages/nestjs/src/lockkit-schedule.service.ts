@@ -157,6 +157,7 @@ export class LockkitScheduleService
 
   /** Finds and checks every decorated method; bad input fails the application's start here. */
   async onModuleInit(): Promise<void> {
+    this.refuseAnotherModule();
     const found = this.findMethods();
     this.registerJobs(found);
     this.bindGuards(found);
@@ -210,6 +211,27 @@ export class LockkitScheduleService
     const forget = () => this.calls.delete(call);
     call.then(forget, forget);
     return call;
+  }
+
+  /**
+   * Each copy of the module finds every decorated method of the application and runs it on its
+   * own scheduler: with two copies (a library module importing its own `forRoot`, say), a job
+   * whose copies keep separate ledgers (another `scheduler.namespace` or schema) ran each tick
+   * twice, and the later copy took over every `@Exclusive` binding. Refused at start-up.
+   */
+  private refuseAnotherModule(): void {
+    const services = new Set<object>();
+    for (const wrapper of this.discovery.getProviders()) {
+      const instance: unknown = wrapper.instance;
+      if (wrapper.token === LockkitScheduleService && typeof instance === 'object' && instance)
+        services.add(instance);
+    }
+    if (services.size > 1) {
+      throw new LockkitModuleError(
+        'DUPLICATE_MODULE',
+        `LockkitScheduleModule is imported ${services.size} times in this application: each copy would run every @ExclusiveCron job on its own scheduler. Import it once, in the root module (it is global: other modules inject LockkitScheduleService from there).`,
+      );
+    }
   }
 
   private findMethods(): FoundInstance[] {

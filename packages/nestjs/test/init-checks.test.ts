@@ -101,6 +101,55 @@ function Counted(counter: { calls: number }): MethodDecorator {
 const unique = (label: string) => `${label}-${randomBytes(3).toString('hex')}`;
 
 describe('refused at init', () => {
+  it('LockkitScheduleModule imported twice in one application (a library module brings its own)', async () => {
+    const name = unique('two-modules');
+    const runs: string[] = [];
+    @Injectable()
+    class Jobs {
+      @ExclusiveCron(FAR, { name })
+      run(run: TransactionRun<unknown>) {
+        runs.push(run.tick.toISOString());
+      }
+    }
+    @Module({
+      imports: [
+        LockkitScheduleModule.forRoot({
+          lockKit: locks,
+          logger: false,
+          scheduler: { namespace: unique('lib') },
+        }),
+      ],
+    })
+    class LibModule {}
+    @Module({
+      imports: [LockkitScheduleModule.forRoot({ lockKit: locks, logger: false }), LibModule],
+      providers: [Jobs],
+    })
+    class AppModule {}
+    const started: unknown = await NestFactory.createApplicationContext(AppModule, {
+      logger: false,
+      abortOnError: false,
+    }).then(
+      async (context) => {
+        await context.init();
+        return context;
+      },
+      (e: unknown) => e,
+    );
+    if (!(started instanceof Error)) {
+      // Accepted, every job sat on two schedulers, each with its own ledger: one replica ran
+      // each tick twice.
+      const context = started as Awaited<ReturnType<typeof NestFactory.createApplicationContext>>;
+      for (const service of context.get(LockkitScheduleService, { each: true })) {
+        await service.scheduler.runTick(name, TICK);
+      }
+      await context.close();
+    }
+    expect(runs).toEqual([]);
+    expect(started).toBeInstanceOf(LockkitModuleError);
+    expect((started as LockkitModuleError).reason).toBe('DUPLICATE_MODULE');
+  });
+
   it('a decorated method in a transient provider (its instance never ran a constructor)', async () => {
     @Injectable({ scope: Scope.TRANSIENT })
     class Digest {
