@@ -63,7 +63,8 @@ export interface KyselyExecutorOptions {
    * Declare a transaction-pooling proxy (PgBouncer in transaction mode, Supavisor, RDS Proxy,
    * pgcat): session scope is then refused before any SQL. With the `pool` option lockkit also
    * detects PgBouncer on its own; without it, it cannot (Kysely does not report the backend pid
-   * its driver was given at connect): declare it.
+   * its driver was given at connect), so session scope is refused (`OPTION_INVALID`) unless you
+   * declare `false` here: there is no pooler, on your word.
    */
   readonly transactionPooler?: boolean;
   /**
@@ -243,6 +244,16 @@ export function kyselyExecutor<DB>(
     },
     session<T>(fn: (ctx: SessionContext<Kysely<DB>>) => Promise<T>): Promise<T> {
       nested.check();
+      if (pool === undefined && options.transactionPooler !== false) {
+        // Without the pool lockkit cannot see the startup pid that gives a transaction pooler
+        // away, and behind one the tasks of one session lock would run side by side.
+        return Promise.reject(
+          new LockkitError(
+            'OPTION_INVALID',
+            `The ${name} executor cannot tell a transaction pooler (PgBouncer in transaction mode) from a server without the pool option: give it the pg.Pool your PostgresDialect uses, or declare transactionPooler: false to take session locks on your word.`,
+          ),
+        );
+      }
       // Set when the session's connection is to be closed: resolves once it has.
       let closed: Promise<void> | undefined;
       const pinned = () =>

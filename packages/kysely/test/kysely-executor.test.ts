@@ -100,6 +100,33 @@ describe('@lockkit/kysely', () => {
     expect(ran).toBe(false);
   });
 
+  it('refuses a session with neither the pool option nor transactionPooler: false, before the task runs', async () => {
+    // Without the pool lockkit cannot see the startup pid that gives PgBouncer away: behind an
+    // undeclared transaction pooler, tasks of one session lock would run side by side. The caller
+    // must give the pool, or say there is no pooler.
+    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 2 });
+    const db = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
+    closers.push(() => db.destroy());
+    let ran = false;
+    const outcome = await createLockKit(db)
+      .withSessionLock(key(), async () => {
+        ran = true;
+      })
+      .then(
+        (r) => r,
+        (e: unknown) => e,
+      );
+    expect(outcome).toMatchObject({ code: 'OPTION_INVALID' });
+    expect(String((outcome as Error).message)).toMatch(/transactionPooler: false/);
+    expect(ran).toBe(false);
+    // Said in so many words, the session runs.
+    const declared = await createLockKit(db, { transactionPooler: false }).withSessionLock(
+      key(),
+      async () => 'ran',
+    );
+    expect(declared).toMatchObject({ executed: true, result: 'ran' });
+  });
+
   it('closes a session connection after the task, and returns only once its locks are gone', async () => {
     const { instance, locks } = setup(1);
     const observer = new pg.Client({ connectionString: testDatabaseUrl() });
