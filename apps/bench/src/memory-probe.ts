@@ -3,8 +3,10 @@
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
  * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
- * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC,
- * and again after 10 s of idling (`settled`).
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`): its peak resident
+ * set so far (the kernel's high-water mark, which counts what registering and starting touched
+ * even if a GC gave it back since), then the resident set after a full GC, and again after 10 s
+ * of idling (`settled`).
  *
  *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
@@ -34,11 +36,24 @@ interface Reading {
   readonly liveMb: number;
 }
 
+/** What a probe prints: its peak resident set before the first reading, then the readings. */
+interface Readings extends Reading {
+  /** The process's peak resident set up to the first reading (MB), GC'd or not. */
+  readonly peakRssMb: number;
+  readonly settled: Reading;
+}
+
 /** How long a probe idles before its settled reading: V8's memory reducer runs within it. */
 const SETTLE_MS = 10_000;
 
-/** Memory after a full GC, and again after {@link SETTLE_MS} of idling, GC'd again. */
-async function readings(): Promise<Reading & { settled: Reading }> {
+/**
+ * The peak resident set so far, then memory after a full GC, and again after {@link SETTLE_MS}
+ * of idling, GC'd again.
+ */
+async function readings(): Promise<Readings> {
+  // The high-water mark before any GC of ours: a GC lowers the current resident set only, and
+  // what the process needed at its peak is what a container's memory limit must allow.
+  const peakRssMb = process.resourceUsage().maxRSS / 1024;
   const read = async (): Promise<Reading> => {
     for (let i = 0; i < 3; i++) {
       (globalThis as { gc?: () => void }).gc?.();
@@ -51,10 +66,10 @@ async function readings(): Promise<Reading & { settled: Reading }> {
   // A process that has just allocated a lot keeps its young generation grown until V8's memory
   // reducer sees it idle and shrinks it: what a long-running scheduler holds is after that.
   await new Promise((r) => setTimeout(r, SETTLE_MS));
-  return { ...atOnce, settled: await read() };
+  return { peakRssMb, ...atOnce, settled: await read() };
 }
 
-async function probe(kind: Probe, url: string): Promise<Reading & { settled: Reading }> {
+async function probe(kind: Probe, url: string): Promise<Readings> {
   if (kind === 'bare') return readings();
   // Idle connections stay open through the settling (pg closes them after 10 s by default).
   const pool = new pg.Pool({ connectionString: url, max: 16, idleTimeoutMillis: 0 });
