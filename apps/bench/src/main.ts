@@ -627,7 +627,7 @@ function printMemory(memory: MemoryReport): void {
   const above = (m: ProcessMemory) =>
     `peak RSS ${m.peakRssMb} MB (+${(m.peakRssMb - bare.peakRssMb).toFixed(1)}); after a full GC: RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
   console.log(
-    '\nMemory against a bare process (node-postgres loaded): peak resident set (at once, before any GC), after a full GC, and settled (after 10 s idle):',
+    '\nMemory against a bare process (node-postgres loaded): peak resident set (up to the reading after a full GC, its work and that GC included), after a full GC, and settled (after 10 s idle):',
   );
   console.log(
     `  bare process: peak RSS ${bare.peakRssMb} MB; after a full GC: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,

@@ -3,10 +3,10 @@
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
  * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
- * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`): its peak resident
- * set so far (the kernel's high-water mark, which counts what registering and starting touched
- * even if a GC gave it back since), then the resident set after a full GC, and again after 10 s
- * of idling (`settled`).
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`): after a full GC,
+ * with its peak resident set up to then (the kernel's high-water mark, which counts what
+ * registering and starting touched even if a GC gave it back since), and again after 10 s of
+ * idling (`settled`).
  *
  *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
@@ -36,9 +36,9 @@ interface Reading {
   readonly liveMb: number;
 }
 
-/** What a probe prints: its peak resident set before the first reading, then the readings. */
+/** What a probe prints: its readings, and its peak resident set up to the first one. */
 interface Readings extends Reading {
-  /** The process's peak resident set up to the first reading (MB), GC'd or not. */
+  /** The process's peak resident set (MB) up to and including the first reading. */
   readonly peakRssMb: number;
   readonly settled: Reading;
 }
@@ -47,13 +47,10 @@ interface Readings extends Reading {
 const SETTLE_MS = 10_000;
 
 /**
- * The peak resident set so far, then memory after a full GC, and again after {@link SETTLE_MS}
- * of idling, GC'd again.
+ * Memory after a full GC with the peak resident set up to then, and again after
+ * {@link SETTLE_MS} of idling, GC'd again.
  */
 async function readings(): Promise<Readings> {
-  // The high-water mark before any GC of ours: a GC lowers the current resident set only, and
-  // what the process needed at its peak is what a container's memory limit must allow.
-  const peakRssMb = process.resourceUsage().maxRSS / 1024;
   const read = async (): Promise<Reading> => {
     for (let i = 0; i < 3; i++) {
       (globalThis as { gc?: () => void }).gc?.();
@@ -63,6 +60,10 @@ async function readings(): Promise<Readings> {
     return { rssMb: rss / 2 ** 20, liveMb: (heapUsed + external) / 2 ** 20 };
   };
   const atOnce = await read();
+  // The kernel's high-water mark so far: whatever registering, starting and a full GC made the
+  // process touch, even what a GC gave back since. A container's memory limit must allow that;
+  // the reading after a full GC can be well below it.
+  const peakRssMb = process.resourceUsage().maxRSS / 1024;
   // A process that has just allocated a lot keeps its young generation grown until V8's memory
   // reducer sees it idle and shrinks it: what a long-running scheduler holds is after that.
   await new Promise((r) => setTimeout(r, SETTLE_MS));

@@ -8,8 +8,8 @@ import { execFileSync } from 'node:child_process';
 import type { Probe } from './memory-probe.js';
 
 /**
- * One process's memory in MB: its peak resident set right after the work (before any GC of the
- * probe's); resident set, and live JavaScript memory (heap used + external), after a full GC;
+ * One process's memory in MB: its peak resident set (up to and including the reading after a
+ * full GC); resident set, and live JavaScript memory (heap used + external), after a full GC;
  * `settled`, the same after 10 s of idling (V8 has shrunk its young generation).
  */
 export interface ProcessMemory {

@@ -26,7 +26,10 @@ afterAll(async () => {
 });
 
 /** The pool's executor, counting the transactions it opens. */
-function counted(): { executor: LockExecutor<pg.PoolClient, pg.PoolClient>; transactions(): number } {
+function counted(): {
+  executor: LockExecutor<pg.PoolClient, pg.PoolClient>;
+  transactions(): number;
+} {
   const inner = poolExecutor(pool);
   let transactions = 0;
   return {
