@@ -358,7 +358,8 @@ export function pruneStatement(
 /**
  * Registers (or refreshes) `owner`'s schedules of many jobs at once: `rows` is a JSON array of
  * `{ job, cron, timezone, hash }`, one per job, no job twice. A JSON text rather than arrays, so
- * that every adapter's driver passes it as the one string it is.
+ * that every adapter's driver passes it as the one string it is (typed `text`, then read as
+ * JSON: a driver that encodes by the type the server describes would encode a `json` one again).
  */
 export function registerSchedulesStatement(
   { schema, namespace }: LedgerScope,
@@ -368,7 +369,7 @@ export function registerSchedulesStatement(
   return {
     text: `INSERT INTO ${schema}.schedules (namespace, job, owner, cron, timezone, schedule_hash)
            SELECT $1::text, r.job, $2::text, r.cron, r.timezone, r.hash
-             FROM json_to_recordset($3::json) AS r(job text, cron text, timezone text, hash text)
+             FROM json_to_recordset($3::text::json) AS r(job text, cron text, timezone text, hash text)
            ON CONFLICT (namespace, job, owner) DO UPDATE
               SET cron = excluded.cron, timezone = excluded.timezone,
                   schedule_hash = excluded.schedule_hash, heartbeat_at = now()`,
@@ -393,7 +394,7 @@ export function conflictingRegistrationsStatement(
                           max(schedule_hash) OVER (PARTITION BY job) AS highest
                      FROM ${schema}.schedules
                     WHERE namespace = $1::text
-                      AND job IN (SELECT json_array_elements_text($2::json))
+                      AND job IN (SELECT json_array_elements_text($2::text::json))
                       AND heartbeat_at > now() - $3::float8 * interval '1 millisecond') AS live
             WHERE lowest <> highest
             ORDER BY job, owner`,
