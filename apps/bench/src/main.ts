@@ -621,16 +621,16 @@ async function leaseRenewal(url: string): Promise<void> {
   if (flags.json) console.log(JSON.stringify({ leaseRenewal: results }));
 }
 
-/** The memory probes' figures, each against the bare process, at once and settled. */
+/** The memory probes' figures, each against the bare process: peak, at once and settled. */
 function printMemory(memory: MemoryReport): void {
   const bare = memory.bare;
   const above = (m: ProcessMemory) =>
-    `RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
+    `peak RSS ${m.peakRssMb} MB (+${(m.peakRssMb - bare.peakRssMb).toFixed(1)}); after a full GC: RSS ${m.rssMb} MB (+${(m.rssMb - bare.rssMb).toFixed(1)}), live JS ${m.liveMb} MB (+${(m.liveMb - bare.liveMb).toFixed(1)}); settled RSS ${m.settled.rssMb} MB (+${(m.settled.rssMb - bare.settled.rssMb).toFixed(1)}), live JS ${m.settled.liveMb} MB (+${(m.settled.liveMb - bare.settled.liveMb).toFixed(1)})`;
   console.log(
-    '\nMemory after a full GC, and settled (after 10 s idle), against a bare process (node-postgres loaded):',
+    '\nMemory against a bare process (node-postgres loaded): peak resident set (up to the reading after a full GC, its work and that GC included), after a full GC, and settled (after 10 s idle):',
   );
   console.log(
-    `  bare process: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,
+    `  bare process: peak RSS ${bare.peakRssMb} MB; after a full GC: RSS ${bare.rssMb} MB, live JS ${bare.liveMb} MB; settled RSS ${bare.settled.rssMb} MB, live JS ${bare.settled.liveMb} MB`,
   );
   console.log(`  lock client over 16 open connections: ${above(memory.pool16)}`);
   console.log(

@@ -3,8 +3,10 @@
  * the live JavaScript memory (heap used + external) in MB of a
  * bare process (node-postgres loaded), of one holding a lock client over 16 open connections, or
  * of one whose scheduler has 10,000 jobs registered and started — all on one schedule
- * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`) — after a full GC,
- * and again after 10 s of idling (`settled`).
+ * (`scheduler10k`), or each on a schedule of its own (`scheduler10kDistinct`): after a full GC,
+ * with its peak resident set up to then (the kernel's high-water mark, which counts what
+ * registering and starting touched even if a GC gave it back since), and again after 10 s of
+ * idling (`settled`).
  *
  *   node --expose-gc memory-probe.mjs bare|pool16|scheduler10k|scheduler10kDistinct <database url>
  */
@@ -34,11 +36,21 @@ interface Reading {
   readonly liveMb: number;
 }
 
+/** What a probe prints: its readings, and its peak resident set up to the first one. */
+interface Readings extends Reading {
+  /** The process's peak resident set (MB) up to and including the first reading. */
+  readonly peakRssMb: number;
+  readonly settled: Reading;
+}
+
 /** How long a probe idles before its settled reading: V8's memory reducer runs within it. */
 const SETTLE_MS = 10_000;
 
-/** Memory after a full GC, and again after {@link SETTLE_MS} of idling, GC'd again. */
-async function readings(): Promise<Reading & { settled: Reading }> {
+/**
+ * Memory after a full GC with the peak resident set up to then, and again after
+ * {@link SETTLE_MS} of idling, GC'd again.
+ */
+async function readings(): Promise<Readings> {
   const read = async (): Promise<Reading> => {
     for (let i = 0; i < 3; i++) {
       (globalThis as { gc?: () => void }).gc?.();
@@ -48,13 +60,17 @@ async function readings(): Promise<Reading & { settled: Reading }> {
     return { rssMb: rss / 2 ** 20, liveMb: (heapUsed + external) / 2 ** 20 };
   };
   const atOnce = await read();
+  // The kernel's high-water mark so far: whatever registering, starting and a full GC made the
+  // process touch, even what a GC gave back since. A container's memory limit must allow that;
+  // the reading after a full GC can be well below it.
+  const peakRssMb = process.resourceUsage().maxRSS / 1024;
   // A process that has just allocated a lot keeps its young generation grown until V8's memory
   // reducer sees it idle and shrinks it: what a long-running scheduler holds is after that.
   await new Promise((r) => setTimeout(r, SETTLE_MS));
-  return { ...atOnce, settled: await read() };
+  return { peakRssMb, ...atOnce, settled: await read() };
 }
 
-async function probe(kind: Probe, url: string): Promise<Reading & { settled: Reading }> {
+async function probe(kind: Probe, url: string): Promise<Readings> {
   if (kind === 'bare') return readings();
   // Idle connections stay open through the settling (pg closes them after 10 s by default).
   const pool = new pg.Pool({ connectionString: url, max: 16, idleTimeoutMillis: 0 });

@@ -8,10 +8,13 @@ import { execFileSync } from 'node:child_process';
 import type { Probe } from './memory-probe.js';
 
 /**
- * One process's memory in MB: resident set, and live JavaScript memory (heap used + external),
- * after a full GC; `settled`, the same after 10 s of idling (V8 has shrunk its young generation).
+ * One process's memory in MB: its peak resident set (up to and including the reading after a
+ * full GC); resident set, and live JavaScript memory (heap used + external), after a full GC;
+ * `settled`, the same after 10 s of idling (V8 has shrunk its young generation).
  */
 export interface ProcessMemory {
+  /** The kernel's high-water mark of the resident set (`maxRSS`) up to the first reading. */
+  readonly peakRssMb: number;
   readonly rssMb: number;
   readonly liveMb: number;
   readonly settled: { readonly rssMb: number; readonly liveMb: number };
@@ -35,6 +38,7 @@ export function measureMemory(url: string, probeScript: string): MemoryReport {
       execFileSync(process.execPath, ['--expose-gc', probeScript, kind, url], { encoding: 'utf8' }),
     ) as ProcessMemory;
     return {
+      peakRssMb: round(m.peakRssMb),
       rssMb: round(m.rssMb),
       liveMb: round(m.liveMb),
       settled: { rssMb: round(m.settled.rssMb), liveMb: round(m.settled.liveMb) },

@@ -21,6 +21,7 @@ import { refuseInRecovery } from './lock-engine.js';
 import type { Statement } from './sql/locks.js';
 import {
   claimTickStatement,
+  conflictingRegistrationsStatement,
   conflictingSchedulesStatement,
   deregisterSchedulesStatement,
   finishTickStatement,
@@ -37,7 +38,7 @@ import {
   ranAfterStatement,
   recentTicksStatement,
   recordTicksStatement,
-  registerScheduleStatement,
+  registerSchedulesStatement,
   tickJudgeStatement,
   tickStateStatement,
 } from './sql/scheduler.js';
@@ -345,17 +346,41 @@ export class Ledger {
     await rowsOf(query, pruneStatement(this.scope, job.name, retentionMs));
   }
 
-  /** Registers this instance's schedule of `job`; returns every live registration of it. */
-  async register(
+  /**
+   * Registers this instance's schedules of `jobs` (no job twice) in two statements, whatever their
+   * number; returns, by job name, the live registrations of those of them that live instances
+   * registered under more than one schedule (a job with one schedule is not in the map). The
+   * caller bounds the batch: its JSON is one parameter.
+   */
+  async registerMany(
     query: QueryFn,
-    job: LedgerJob,
-    schedule: { readonly cron: string; readonly timezone: string },
-  ): Promise<Registration[]> {
-    await rowsOf(
-      query,
-      registerScheduleStatement(this.scope, job.name, this.owner, { ...schedule, hash: job.hash }),
+    jobs: readonly (LedgerJob & { readonly cron: string; readonly timezone: string })[],
+  ): Promise<Map<string, Registration[]>> {
+    const rows = JSON.stringify(
+      jobs.map((j) => ({ job: j.name, cron: j.cron, timezone: j.timezone, hash: j.hash })),
     );
-    return this.registrations(query, job);
+    await rowsOf(query, registerSchedulesStatement(this.scope, this.owner, rows));
+    const names = JSON.stringify(jobs.map((j) => j.name));
+    const conflicting = await rowsOf(
+      query,
+      conflictingRegistrationsStatement(this.scope, names, REGISTRATION_LIVE_MS),
+    );
+    const byJob = new Map<string, Registration[]>();
+    for (const r of conflicting) {
+      const job = String(r.job);
+      let live = byJob.get(job);
+      if (live === undefined) {
+        live = [];
+        byJob.set(job, live);
+      }
+      live.push({
+        owner: String(r.owner),
+        cron: String(r.cron),
+        timezone: String(r.timezone),
+        hash: String(r.schedule_hash),
+      });
+    }
+    return byJob;
   }
 
   /** Every live registration of `job`. */

@@ -355,20 +355,50 @@ export function pruneStatement(
   };
 }
 
-/** Records (or refreshes) this instance's registration of a job's schedule. */
-export function registerScheduleStatement(
+/**
+ * Registers (or refreshes) `owner`'s schedules of many jobs at once: `rows` is a JSON array of
+ * `{ job, cron, timezone, hash }`, one per job, no job twice. A JSON text rather than arrays, so
+ * that every adapter's driver passes it as the one string it is (typed `text`, then read as
+ * JSON: a driver that encodes by the type the server describes would encode a `json` one again).
+ */
+export function registerSchedulesStatement(
   { schema, namespace }: LedgerScope,
-  job: string,
   owner: string,
-  schedule: { readonly cron: string; readonly timezone: string; readonly hash: string },
+  rows: string,
 ): Statement {
   return {
     text: `INSERT INTO ${schema}.schedules (namespace, job, owner, cron, timezone, schedule_hash)
-           VALUES ($1, $2, $3, $4, $5, $6)
+           SELECT $1::text, r.job, $2::text, r.cron, r.timezone, r.hash
+             FROM json_to_recordset($3::text::json) AS r(job text, cron text, timezone text, hash text)
            ON CONFLICT (namespace, job, owner) DO UPDATE
               SET cron = excluded.cron, timezone = excluded.timezone,
                   schedule_hash = excluded.schedule_hash, heartbeat_at = now()`,
-    params: [namespace, job, owner, schedule.cron, schedule.timezone, schedule.hash],
+    params: [namespace, owner, rows],
+  };
+}
+
+/**
+ * The live registrations (heartbeat within `liveMs`) of those of `jobs` (a JSON array of names)
+ * that live instances registered under more than one schedule: `job`, `owner`, `cron`,
+ * `timezone`, `schedule_hash`, by job and owner. Jobs with one schedule give no rows.
+ */
+export function conflictingRegistrationsStatement(
+  { schema, namespace }: LedgerScope,
+  jobs: string,
+  liveMs: number,
+): Statement {
+  return {
+    text: `SELECT job, owner, cron, timezone, schedule_hash
+             FROM (SELECT job, owner, cron, timezone, schedule_hash,
+                          min(schedule_hash) OVER (PARTITION BY job) AS lowest,
+                          max(schedule_hash) OVER (PARTITION BY job) AS highest
+                     FROM ${schema}.schedules
+                    WHERE namespace = $1::text
+                      AND job IN (SELECT json_array_elements_text($2::text::json))
+                      AND heartbeat_at > now() - $3::float8 * interval '1 millisecond') AS live
+            WHERE lowest <> highest
+            ORDER BY job, owner`,
+    params: [namespace, jobs, liveMs],
   };
 }
 
