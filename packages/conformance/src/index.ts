@@ -101,8 +101,9 @@ export interface RunConformanceOptions {
    * Also search the scheduler and migration fault points (`faults.scheduler-*`, `faults.migrate.*`):
    * every statement boundary of a tick and of a migration under every fault, a few hundred
    * combinations and one to three minutes per pass. Default false: the cases are then skipped
-   * visibly. Worth it once per driver (node-postgres, postgres.js, Prisma); an adapter over one of
-   * those drivers adds little to them.
+   * visibly. Worth it for every adapter, not once per driver: an ORM gives connections back to the
+   * pool its own way (Kysely and TypeORM lent a terminated backend's connection again, which
+   * node-postgres alone never showed).
    */
   readonly schedulerFaultPoints?: boolean;
 }

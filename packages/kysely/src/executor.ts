@@ -43,6 +43,10 @@ export interface KyselyPgClientLike extends PgEventSourceLike {
   release?: (destroy?: boolean | Error) => void;
   /** The transaction status of the last ReadyForQuery: `'I'` idle, `'T'` open, `'E'` failed. */
   getTransactionStatus?(): string | null;
+  /** node-postgres's query; lockkit watches its failures for a lost connection. */
+  query?: (...args: unknown[]) => unknown;
+  /** Closes the connection (node-postgres marks it ending at once). */
+  end?: () => Promise<void>;
 }
 
 /**
@@ -143,6 +147,27 @@ function closedOf(client: KyselyPgClientLike): Promise<void> {
 }
 
 /**
+ * Ends `client` as soon as one of its queries fails with a lost connection. The server's FATAL
+ * (a terminated backend) reaches the query before the socket closes; Kysely gives the connection
+ * back at once (a failed BEGIN never reaches lockkit's code), and the pool would lend it, still
+ * looking live, to the next caller, whose first statement then fails. Ending it marks it so that
+ * the pool discards it on return. Not awaited: a silent network may never answer the goodbye.
+ */
+function endOnLoss(client: KyselyPgClientLike): void {
+  const query = client.query;
+  if (typeof query !== 'function' || typeof client.end !== 'function') return;
+  const end = client.end.bind(client);
+  client.query = function (this: unknown, ...args: unknown[]): unknown {
+    const result = query.apply(this, args);
+    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function')
+      (result as PromiseLike<unknown>).then(undefined, (error: unknown) => {
+        if (isConnectionLoss(error)) void end().catch(() => {});
+      });
+    return result;
+  };
+}
+
+/**
  * Makes the pool close `client` when Kysely gives it back: pg-pool sets `release` at each checkout,
  * and Kysely calls it without an error when it is done.
  */
@@ -188,6 +213,7 @@ export function kyselyExecutor<DB>(
     // Some connection closed: ask at once which watched backends are gone.
     pool.on('connect', (client) => {
       client.on('end', () => void watch.check());
+      endOnLoss(client);
     });
   }
   const singleConnection = pool?.options?.max === 1;

@@ -5,16 +5,19 @@ import { startEmbeddedPostgres } from '@lockkit/test-db/embedded';
 import { sql } from 'kysely';
 import { kyselyInstance } from './instances.js';
 
-runConformance({
-  name: 'kysely on node-postgres',
-  databaseUrl: testDatabaseUrl,
-  standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
-  pgbouncer: testPgBouncer,
-  createInstance: ({ url, poolSize, transactionPooler }) =>
-    kyselyInstance(url, poolSize, transactionPooler),
-  nativeQuery: (trx, text) => sql.raw(text).execute(trx),
-  workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
-});
+runConformance(
+  {
+    name: 'kysely on node-postgres',
+    databaseUrl: testDatabaseUrl,
+    standby: ({ prepare }) => startEmbeddedPostgres({ standby: true, prepare }),
+    pgbouncer: testPgBouncer,
+    createInstance: ({ url, poolSize, transactionPooler }) =>
+      kyselyInstance(url, poolSize, transactionPooler),
+    nativeQuery: (trx, text) => sql.raw(text).execute(trx),
+    workerModule: fileURLToPath(new URL('./worker-instance.mjs', import.meta.url)),
+  },
+  { schedulerFaultPoints: true },
+);
 
 // Without the pool option, lockkit sees only Kysely's public API: loss is found by asking the
 // server, sessions are reset rather than closed. The groups that exercise those paths.

@@ -234,6 +234,11 @@ export function typeormExecutor(
         // closed in full before the caller hears back, so its session state (a lock it took on
         // the side, say) is gone by then.
         if ((drop || dirty) && ours && !fate.aborted) await pinned.end().catch(() => {});
+        // A lost connection (its backend terminated, its link cut) may not have seen its socket
+        // close yet: the pool would take it back as live and lend it to the next caller, whose
+        // first statement then fails. end() marks it ending at once, so the pool discards it;
+        // not awaited, since a silent network may never answer the goodbye.
+        else if (fate.aborted && isConnectionLoss(fate.reason)) void pinned.end().catch(() => {});
         await runnerRelease();
       },
     };

@@ -419,15 +419,13 @@ async function searchFaultPoints<Tx, Session>(
         stopping = r.stop?.();
         await Promise.race([call, drain()]);
       } else if (fault.action === 'terminate') {
-        await f.observer.query(
-          `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
-            WHERE application_name = $1 AND pid <> pg_backend_pid()`,
-          [f.applicationName],
-        );
+        if (!(await f.observer.terminateBackendsOf(f.applicationName, WATCHDOG_MS)))
+          found.push(`the terminated backends did not end within ${WATCHDOG_MS} ms`);
       } else if (fault.action === 'rival') {
         const started = r.rival?.();
         rival = started;
-        if (started && !(await f.observer.until(() => started.waitingOrDone(), WATCHDOG_MS)))
+        // Polled every millisecond: the rival reaches the lock within a few.
+        if (started && !(await f.observer.until(() => started.waitingOrDone(), WATCHDOG_MS, 1)))
           found.push('the rival neither finished nor waited for the migration lock');
       }
       trap.release();
@@ -460,6 +458,26 @@ async function searchFaultPoints<Tx, Session>(
   );
   count(combinations);
   expect(violations).toEqual([]);
+}
+
+/**
+ * Whether the ledger reads exactly `wanted`: these ticks with these statuses, each one's work
+ * committed as often as wanted, and no work of any other tick.
+ */
+function readsAs(
+  { rows, runs }: { rows: readonly LedgerRow[]; runs: ReadonlyMap<number, number> },
+  wanted: ReadonlyMap<number, { status: string; runs: number }>,
+): boolean {
+  if (rows.length !== wanted.size) return false;
+  if (!rows.every((row) => wanted.get(secondOf(row.tick))?.status === row.status)) return false;
+  for (const [second, n] of runs) if (wanted.get(second)?.runs !== n) return false;
+  return [...wanted].every(([second, e]) => (runs.get(second) ?? 0) === e.runs);
+}
+
+/** What the first round of a test prepared for the next ones to copy. */
+interface Seeds {
+  /** Catch-up: the job whose tick 0 the first round ran for real. */
+  tick0?: string;
 }
 
 /** A ledger row as the judge reads it. */
@@ -505,7 +523,8 @@ function tickOperation<Tx, Session>(
         f,
         (schema) => {
           const locks = createLockClient(instance.executor, { schema, engineSelfTest: false });
-          return search(async () => tickRound(f, locks, schema));
+          const seeds: Seeds = {};
+          return search(async () => tickRound(f, instance, locks, schema, seeds));
         },
         ['executions (job text, tick timestamptz, worker text)'],
       ),
@@ -513,8 +532,10 @@ function tickOperation<Tx, Session>(
 
   async function tickRound(
     f: Fixture<Tx, Session>,
+    instance: AdapterInstance<Tx, Session>,
     locks: LockClient<Tx, Session>,
     schema: string,
+    seeds: Seeds,
   ): Promise<Round> {
     const job = `job-${randomBytes(6).toString('hex')}`;
     const clock = handClock(0);
@@ -546,12 +567,36 @@ function tickOperation<Tx, Session>(
       return b;
     };
     if (catchUp) {
-      // The job ran tick 0; then nobody ran ticks 1 and 2. Bounded: a pool whose only connection
-      // an earlier fault lost for good would wedge here.
-      if (!(await settledWithin(finisher().runTick(job, at(0)))))
-        throw new Error(`tick 0 did not run within ${WATCHDOG_MS} ms: the pool is wedged`);
-      const prepared = eventsB.splice(0).map((e) => e.type);
-      if (prepared.join() !== 'ran') throw new Error(`tick 0 did not run: ${prepared.join()}`);
+      // The job ran tick 0; then nobody ran ticks 1 and 2.
+      if (seeds.tick0 === undefined) {
+        // The first round runs tick 0 for real. Bounded: a pool whose only connection an earlier
+        // fault lost for good would wedge here.
+        if (!(await settledWithin(finisher().runTick(job, at(0)))))
+          throw new Error(`tick 0 did not run within ${WATCHDOG_MS} ms: the pool is wedged`);
+        const prepared = eventsB.splice(0).map((e) => e.type);
+        if (prepared.join() !== 'ran') throw new Error(`tick 0 did not run: ${prepared.join()}`);
+        seeds.tick0 = job;
+      } else {
+        // Later rounds copy what that run wrote (its ledger row, schedule hash and all, and its
+        // work) under their own job: the same state, one statement instead of a whole tick.
+        const copied = [
+          ...(await f.observer.query(
+            `INSERT INTO "${schema}".runs
+             SELECT (jsonb_populate_record(r, jsonb_build_object('job', $2::text))).*
+               FROM "${schema}".runs r WHERE r.namespace = $3 AND r.job = $1 AND r.tick = $4
+             RETURNING 'ledger'`,
+            [seeds.tick0, job, schema, at(0).toISOString()],
+          )),
+          ...(await f.observer.query(
+            `INSERT INTO "${schema}".executions (job, tick, worker)
+             SELECT $2, e.tick, e.worker FROM "${schema}".executions e WHERE e.job = $1 AND e.tick = $3
+             RETURNING 'work'`,
+            [seeds.tick0, job, at(0).toISOString()],
+          )),
+        ];
+        if (copied.length !== 2)
+          throw new Error(`tick 0 was not seeded: ${copied.length} of 2 rows copied`);
+      }
       clock.set(fired);
     }
 
@@ -629,6 +674,32 @@ function tickOperation<Tx, Session>(
       ],
       finish: async () => {
         const found: string[] = [];
+        // Where the faulted run left the job. When it already reads as the finisher would leave
+        // the ticks fired so far (and no lease is left IN_PROGRESS), the finisher has nothing to
+        // finish: its run is skipped, and that reading is the judgement. (The ticks after `fired`
+        // are fired only to drain what a faulted run left due.)
+        const sofar = new Map([...expected].filter(([second]) => second <= fired));
+        const leftInProgress = async () =>
+          mode === 'lease' &&
+          (
+            await f.observer.query(
+              `SELECT 1 FROM "${schema}".leases WHERE job_key = $1 AND status = 'IN_PROGRESS'`,
+              [job],
+            )
+          ).length > 0;
+        const left = await ledger();
+        if (readsAs(left, sofar) && !(await leftInProgress())) {
+          // Judged already as the faulted run left it (judgeRun): the same ledger. One statement
+          // still goes through the proxied pool, as the finisher's would have: a connection the
+          // fault cut is opened again here, with whatever a driver sends first on a new one
+          // (postgres.js fetches its array types), and not in the next round's recorded count.
+          const warmed = await settledWithin(
+            instance.executor.transaction(({ query }) => query('SELECT 1')).catch(() => {}),
+          );
+          if (!warmed) found.push(`the pool did not answer SELECT 1 within ${WATCHDOG_MS} ms`);
+          await a.stop({ timeoutMs: 100 });
+          return found;
+        }
         if (mode === 'lease') {
           // The faulted node is done with the tick: a lease it left IN_PROGRESS would expire
           // after ttlMs. Expired by hand, as if that time had passed.
@@ -655,7 +726,7 @@ function tickOperation<Tx, Session>(
           if (n !== e.runs)
             found.push(`finished, the work of tick ${second} committed ${n} times, not ${e.runs}`);
         }
-        await Promise.all([a.stop({ timeoutMs: 100 }), next.stop({ timeoutMs: 100 })]);
+        await Promise.all([a.stop({ timeoutMs: 100 }), b?.stop({ timeoutMs: 100 })]);
         return found;
       },
       normalize: (text) => text,
