@@ -357,13 +357,13 @@ export class Observer {
     await this.query('SELECT pg_terminate_backend($1)', [pid]);
   }
 
-  /** Polls until `check` holds or `ms` pass; returns whether it held. */
-  async until(check: () => Promise<boolean>, ms = 5000): Promise<boolean> {
+  /** Polls every `pollMs` until `check` holds or `ms` pass; returns whether it held. */
+  async until(check: () => Promise<boolean>, ms = 5000, pollMs = 20): Promise<boolean> {
     const deadline = Date.now() + ms;
     for (;;) {
       if (await check()) return true;
       if (Date.now() > deadline) return false;
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, pollMs));
     }
   }
 
