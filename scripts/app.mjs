@@ -6,6 +6,10 @@
  * works: pnpm passes that `--` on, and it is dropped here.
  *
  *   node scripts/app.mjs <workspace package> <entry, from the root> [flags…]
+ *
+ * LOCKKIT_APP_BUILT=1 skips the build: .ci/run builds everything once, then runs apps from several
+ * lanes at a time, and turbo restores a cached build's outputs even when they are in place — one
+ * lane's restore removed @lockkit/pg's dist under another lane's chaos run.
  */
 import { resolve } from 'node:path';
 import { buildWithProgress, root, run } from './turbo.mjs';
@@ -17,5 +21,8 @@ if (!pkg || !entry) {
 }
 const flags = rest[0] === '--' ? rest.slice(1) : rest;
 
-await buildWithProgress([pkg], `${pkg} and the packages it uses`);
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: read by this script, which runs turbo; no turbo task reads it
+if (process.env.LOCKKIT_APP_BUILT !== '1') {
+  await buildWithProgress([pkg], `${pkg} and the packages it uses`);
+}
 process.exitCode = await run(process.execPath, [resolve(root, entry), ...flags]);
