@@ -4,7 +4,7 @@
  * same pool meanwhile), and the pool whose `connect()` lockkit wraps still serves everyone else.
  */
 import { randomBytes } from 'node:crypto';
-import { LockKey } from '@lockkit/core';
+import { type LockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
@@ -24,6 +24,20 @@ const setup = (poolSize = 4) => {
 };
 
 const key = () => LockKey.fromNames('kysely-test', randomBytes(6).toString('hex'));
+
+/** A session call whose task only notes that it ran: what it settled with (or threw), and whether it ran. */
+async function trySession(locks: Pick<LockClient<unknown, unknown>, 'withSessionLock'>) {
+  let ran = false;
+  const outcome = await locks
+    .withSessionLock(key(), async () => {
+      ran = true;
+    })
+    .then(
+      (r) => r,
+      (e: unknown) => e,
+    );
+  return { outcome, ran };
+}
 
 describe('@lockkit/kysely', () => {
   it('binds parameters through Kysely, int8 and quotes included', async () => {
@@ -87,15 +101,7 @@ describe('@lockkit/kysely', () => {
       () => other.end(),
     );
     const locks = createLockKit(db, { pool: other });
-    let ran = false;
-    const outcome = await locks
-      .withSessionLock(key(), async () => {
-        ran = true;
-      })
-      .then(
-        (r) => r,
-        (e: unknown) => e,
-      );
+    const { outcome, ran } = await trySession(locks);
     expect(outcome).toMatchObject({ code: 'OPTION_INVALID' });
     expect(ran).toBe(false);
   });
@@ -107,15 +113,7 @@ describe('@lockkit/kysely', () => {
     const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 2 });
     const db = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
     closers.push(() => db.destroy());
-    let ran = false;
-    const outcome = await createLockKit(db)
-      .withSessionLock(key(), async () => {
-        ran = true;
-      })
-      .then(
-        (r) => r,
-        (e: unknown) => e,
-      );
+    const { outcome, ran } = await trySession(createLockKit(db));
     expect(outcome).toMatchObject({ code: 'OPTION_INVALID' });
     expect(String((outcome as Error).message)).toMatch(/transactionPooler: false/);
     expect(ran).toBe(false);
