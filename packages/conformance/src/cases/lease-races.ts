@@ -315,56 +315,105 @@ export function leaseRaceCases<Tx, Session>(
 
   test(
     'leases.slow-contender',
-    'a contender on a slow link (400 ms each way) claims again and again: the live holder keeps renewing and keeps its lease',
+    "a contender stopped after each of its claim's statements (the proxy holds every answer until the holder has renewed twice more) holds up none of the live holder's renewals: the holder keeps its lease",
     () =>
       withSchema(async (schema) => {
         const f = fixture();
         const { namespace, jobKey } = job();
+        // Renewals counted as events, and awaited as such: no window, no sleep. The contender is
+        // as slow as the test wants (each answer is held until the holder has renewed twice more),
+        // and the holder's TTL is long enough that only a renewal queued behind the contender —
+        // lockkit's fault — could make it lose its lease, however busy the machine.
         let renewals = 0;
+        let onRenewal: (() => void) | undefined;
         const holderLocks = createLockClient(f.newInstance(3).executor, {
           schema,
           onEvent: (event) => {
-            if (event.type === 'lease-renewed') renewals++;
+            if (event.type === 'lease-renewed') {
+              renewals++;
+              onRenewal?.();
+            }
           },
         });
-        const proxy = await startRoundTripProxy(f.url, { latencyMs: 400 });
+        const proxy = await startRoundTripProxy(f.url);
         try {
-          // No engine self-test on the slow link (see leases.claim-keeps-margin).
+          // No engine self-test on the held link: only the claims go through it.
           const contender = createLockClient(f.newInstance(2, proxy.url).executor, {
             schema,
             engineSelfTest: false,
           });
           const attempts: LeaseResult<string>[] = [];
+          let statementsHeld = 0;
+          /** Resolves once the holder has renewed `n` more times, or its lease is lost. */
+          const renewedMore = (n: number, lost: AbortSignal) =>
+            new Promise<void>((resolve) => {
+              const target = renewals + n;
+              const check = () => {
+                if (renewals >= target || lost.aborted) {
+                  onRenewal = undefined;
+                  lost.removeEventListener('abort', check);
+                  resolve();
+                }
+              };
+              onRenewal = check;
+              lost.addEventListener('abort', check);
+              check();
+            });
+          /** One claim by the contender, its every answer held at the proxy until two renewals. */
+          const heldClaim = async (lost: AbortSignal) => {
+            let claimDone = false;
+            const claiming = contender
+              .runWithLease(namespace, jobKey, async () => 'stolen', { ttlMs: 1000 })
+              .finally(() => {
+                claimDone = true;
+              });
+            for (;;) {
+              const trap = proxy.trapStatement(0, 'hold-reply');
+              const next = await Promise.race([
+                trap.fired.then(() => 'held' as const),
+                claiming.then(
+                  () => 'done' as const,
+                  () => 'done' as const,
+                ),
+              ]);
+              if (next === 'done' || claimDone) {
+                trap.release();
+                break;
+              }
+              statementsHeld++;
+              await renewedMore(2, lost);
+              trap.release();
+            }
+            return claiming;
+          };
           const outcome = await holderLocks
             .runWithLease(
               namespace,
               jobKey,
               async (lease) => {
                 const before = renewals;
-                // Two slow claims in a row (each holds its transaction ≥ 2.4 s) while this works.
                 while (attempts.length < 2 && !lease.signal.aborted) {
-                  attempts.push(
-                    await contender.runWithLease(namespace, jobKey, async () => 'stolen', {
-                      ttlMs: 1000,
-                    }),
-                  );
+                  attempts.push(await heldClaim(lease.signal));
                 }
                 return {
                   aborted: lease.signal.aborted,
-                  renewedMeanwhile: renewals - before >= 10,
+                  renewedMeanwhile: renewals - before,
                   token: lease.token,
                 };
               },
-              { ttlMs: 1000, renewEveryMs: 100, safetyMarginMs: 200 },
+              { ttlMs: 5000, renewEveryMs: 100, safetyMarginMs: 1000 },
             )
             .catch((error: unknown) => error);
-          expect(outcome).toMatchObject({
-            executed: true,
-            result: { aborted: false, renewedMeanwhile: true },
-          });
-          const token = (outcome as { result: { token: bigint } }).result.token;
+          expect(outcome).toMatchObject({ executed: true, result: { aborted: false } });
+          const result = (outcome as { result: { token: bigint; renewedMeanwhile: number } })
+            .result;
+          // Every held statement of both claims saw two renewals go through while it was held.
+          expect(statementsHeld).toBeGreaterThanOrEqual(2);
+          expect(result.renewedMeanwhile).toBeGreaterThanOrEqual(2 * statementsHeld);
           expect(attempts).toHaveLength(2);
-          for (const a of attempts) expect(a).toMatchObject({ executed: false, holder: { token } });
+          for (const a of attempts) {
+            expect(a).toMatchObject({ executed: false, holder: { token: result.token } });
+          }
         } finally {
           await proxy.close();
         }
