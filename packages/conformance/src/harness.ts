@@ -145,6 +145,7 @@ export type ConformanceCaseId =
   | 'truth.session-reacquired-key-freed'
   | 'truth.one-trip-skip-any-language'
   | 'truth.pool-of-one-abort'
+  | 'truth.pool-wait-abort'
   | 'truth.pool-of-one-nested'
   | 'truth.caller-transaction-open'
   | 'truth.commit-failure-is-typed'

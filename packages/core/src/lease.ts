@@ -807,7 +807,7 @@ export function leaseOperations<Tx>(
   withTryLock: <T>(
     key: LockKey,
     task: (query: QueryFn) => Promise<T>,
-    options: { readonly statementTimeoutMs: number },
+    options: { readonly statementTimeoutMs: number; readonly signal?: AbortSignal },
   ) => Promise<{ executed: false } | { executed: true; result: T }>,
   schema: string,
   emit?: (event: LockkitEvent) => void,
@@ -851,11 +851,24 @@ export function leaseOperations<Tx>(
         { cause: options.signal.reason },
       );
     }
-    const timeline = await timelineSource(executor);
+    const timeline = await timelineSource(
+      executor,
+      options.signal,
+      (signal) =>
+        new LockkitError(
+          'ABORTED',
+          `runWithLease ${namespace}/${jobKey}: the signal was aborted before the claim.`,
+          { cause: signal.reason },
+        ),
+    );
     const claimed = await withTryLock(
       key,
       (query) => claimLease(query, schema, namespace, jobKey, s, timeline),
-      { statementTimeoutMs: claimStatementTimeoutMs(s) },
+      // The signal bounds the claim's wait for a connection too.
+      {
+        statementTimeoutMs: claimStatementTimeoutMs(s),
+        ...(options.signal !== undefined && { signal: options.signal }),
+      },
     );
     // Another claimer held the job's lock for its own claim: tell who holds the lease now.
     if (!claimed.executed) return { executed: false, holder: await readHolder(namespace, jobKey) };

@@ -6,6 +6,7 @@
  *
  * @packageDocumentation
  */
+import { abandonableCheckout } from './abandonable-checkout.js';
 import { LockNotHeldError, UnsafeBehindPoolerError } from './errors.js';
 import { track } from './events.js';
 import { type Row, requireCapability, type SessionContext } from './executor.js';
@@ -97,102 +98,111 @@ export async function sessionLock<Tx, Session, T>(
     );
   };
   try {
-    const result = await engine.executor.session(async (ctx): Promise<JobResult<T>> => {
-      connection = ctx;
-      // The backend every lock statement of this connection must reach: its own on a direct
-      // connection or behind a session-mode pooler; behind a transaction pooler, a refusal.
-      const pin = await engine.pinning.pin(ctx);
-      if ('refused' in pin) {
-        engine.poolerDetected = true;
-        throw poolerError(engine, 'detected', pin.refused);
-      }
-      const expectedPid = pin.pid;
-      let holderPid: number;
-      if (p.wait) {
-        // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
-        // keeps one server connection for it); the session lock itself survives the COMMIT.
-        await ctx.query(BEGIN);
-        try {
-          const settings: SettingValue[] =
-            p.timeoutMs === undefined ? [] : [['lock_timeout', p.timeoutMs]];
-          holderPid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
-          if (expectedPid !== undefined && holderPid !== expectedPid) {
-            throw detected(holderPid, expectedPid);
+    const session = engine.executor.session.bind(engine.executor);
+    const result = await abandonableCheckout(
+      p.signal,
+      (checkout) =>
+        session(async (ctx): Promise<JobResult<T>> => {
+          // The caller left while this call waited for its connection: nothing was sent, give it back.
+          if (!checkout.enter()) throw abortedError(p.signal as AbortSignal);
+          connection = ctx;
+          // The backend every lock statement of this connection must reach: its own on a direct
+          // connection or behind a session-mode pooler; behind a transaction pooler, a refusal.
+          const pin = await engine.pinning.pin(ctx);
+          if ('refused' in pin) {
+            engine.poolerDetected = true;
+            throw poolerError(engine, 'detected', pin.refused);
           }
-          await waitForLock(engine, ctx, key, p, holderPid, 'session', cancels);
-          await ctx.query(COMMIT);
-        } catch (error) {
-          if (!ctx.signal.aborted) {
-            await ctx.query(ROLLBACK).catch(() => {});
-            // A wait cut short (timeout, cancel) just as the lock was granted keeps the
-            // session lock through the rollback: give it back.
-            const held = heldStatement(key, p.mode);
-            const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
-            if (Number(first(rows).held) > 0) await release(engine, ctx, key, p.mode, -1, error);
+          const expectedPid = pin.pid;
+          let holderPid: number;
+          if (p.wait) {
+            // The wait runs in a short transaction only so that SET LOCAL bounds it (and a pooler
+            // keeps one server connection for it); the session lock itself survives the COMMIT.
+            await ctx.query(BEGIN);
+            try {
+              const settings: SettingValue[] =
+                p.timeoutMs === undefined ? [] : [['lock_timeout', p.timeoutMs]];
+              holderPid = first(await ctx.query(inlinePrepareStatement(settings))).pid as number;
+              if (expectedPid !== undefined && holderPid !== expectedPid) {
+                throw detected(holderPid, expectedPid);
+              }
+              await waitForLock(engine, ctx, key, p, holderPid, 'session', cancels);
+              await ctx.query(COMMIT);
+            } catch (error) {
+              if (!ctx.signal.aborted) {
+                await ctx.query(ROLLBACK).catch(() => {});
+                // A wait cut short (timeout, cancel) just as the lock was granted keeps the
+                // session lock through the rollback: give it back.
+                const held = heldStatement(key, p.mode);
+                const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
+                if (Number(first(rows).held) > 0)
+                  await release(engine, ctx, key, p.mode, -1, error);
+              }
+              throw error;
+            }
+            // Got it, but the caller gave up meanwhile: a session lock outlives the transaction,
+            // so it needs its unlock.
+            if (p.signal?.aborted) {
+              await release(engine, ctx, key, p.mode, holderPid, undefined);
+              throw abortedError(p.signal);
+            }
+          } else {
+            const statement =
+              expectedPid === undefined
+                ? lockStatement(key, 'session', p.mode, false)
+                : guardedSessionLockStatement(key, p.mode, false, expectedPid);
+            const row = first(await ctx.query(statement.text, statement.params));
+            holderPid = row.pid as number;
+            // Before `acquired`: NULL there also means a standby, where nothing was taken.
+            refuseInRecovery(row, `session lock ${key}`);
+            if (row.acquired === null) throw detected(holderPid, expectedPid);
+            if (row.acquired !== true) {
+              tracker.skipped();
+              return SKIPPED;
+            }
+            // Got it, but the caller gave up while the call waited for its connection: the task
+            // does not start, and the session lock is given back.
+            if (p.signal?.aborted) {
+              await release(engine, ctx, key, p.mode, holderPid, undefined);
+              throw abortedError(p.signal);
+            }
           }
-          throw error;
-        }
-        // Got it, but the caller gave up meanwhile: a session lock outlives the transaction,
-        // so it needs its unlock.
-        if (p.signal?.aborted) {
-          await release(engine, ctx, key, p.mode, holderPid, undefined);
-          throw abortedError(p.signal);
-        }
-      } else {
-        const statement =
-          expectedPid === undefined
-            ? lockStatement(key, 'session', p.mode, false)
-            : guardedSessionLockStatement(key, p.mode, false, expectedPid);
-        const row = first(await ctx.query(statement.text, statement.params));
-        holderPid = row.pid as number;
-        // Before `acquired`: NULL there also means a standby, where nothing was taken.
-        refuseInRecovery(row, `session lock ${key}`);
-        if (row.acquired === null) throw detected(holderPid, expectedPid);
-        if (row.acquired !== true) {
-          tracker.skipped();
-          return SKIPPED;
-        }
-        // Got it, but the caller gave up while the call waited for its connection: the task
-        // does not start, and the session lock is given back.
-        if (p.signal?.aborted) {
-          await release(engine, ctx, key, p.mode, holderPid, undefined);
-          throw abortedError(p.signal);
-        }
-      }
-      tracker.acquired();
-      let outcome: { ok: true; result: T } | { ok: false; failure: TaskFailure };
-      try {
-        outcome = {
-          ok: true,
-          result: await runTask(task, ctx.session, key, ctx.query, ctx, p.signal),
-        };
-      } catch (error) {
-        outcome = { ok: false, failure: error as TaskFailure };
-      }
-      // The connection died during the task: the lock went with it, and the caller must know.
-      if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
-      try {
-        await release(
-          engine,
-          ctx,
-          key,
-          p.mode,
-          holderPid,
-          outcome.ok ? undefined : outcome.failure.error,
-        );
-        // Whatever the task did to its session — a SET (custom settings too, which no catalog
-        // lists), a role, another key's lock, LISTEN, temporary objects, a sequence's lastval,
-        // prepared statements — the next pool user must not inherit it, and Postgres cannot list
-        // all of it: the connection is closed (or reset in full), never lent on as it is.
-        ctx.discard?.();
-      } catch (error) {
-        // Not known clean: never lend this connection to anyone else.
-        ctx.discard?.();
-        throw error;
-      }
-      if (!outcome.ok) throw outcome.failure;
-      return { executed: true, result: outcome.result };
-    });
+          tracker.acquired();
+          let outcome: { ok: true; result: T } | { ok: false; failure: TaskFailure };
+          try {
+            outcome = {
+              ok: true,
+              result: await runTask(task, ctx.session, key, ctx.query, ctx, p.signal),
+            };
+          } catch (error) {
+            outcome = { ok: false, failure: error as TaskFailure };
+          }
+          // The connection died during the task: the lock went with it, and the caller must know.
+          if (ctx.signal.aborted) throw outcome.ok ? ctx.signal.reason : outcome.failure;
+          try {
+            await release(
+              engine,
+              ctx,
+              key,
+              p.mode,
+              holderPid,
+              outcome.ok ? undefined : outcome.failure.error,
+            );
+            // Whatever the task did to its session — a SET (custom settings too, which no catalog
+            // lists), a role, another key's lock, LISTEN, temporary objects, a sequence's lastval,
+            // prepared statements — the next pool user must not inherit it, and Postgres cannot list
+            // all of it: the connection is closed (or reset in full), never lent on as it is.
+            ctx.discard?.();
+          } catch (error) {
+            // Not known clean: never lend this connection to anyone else.
+            ctx.discard?.();
+            throw error;
+          }
+          if (!outcome.ok) throw outcome.failure;
+          return { executed: true, result: outcome.result };
+        }),
+      abortedError,
+    );
     if (result.executed) tracker.settled(undefined);
     return result;
   } catch (error) {

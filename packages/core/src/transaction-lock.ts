@@ -5,6 +5,7 @@
  *
  * @packageDocumentation
  */
+import { abandonableCheckout, type Checkout } from './abandonable-checkout.js';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { track } from './events.js';
 import type { Row, TransactionContext } from './executor.js';
@@ -65,7 +66,10 @@ export async function transactionLock<Tx, Session, T>(
   const cancels: Promise<void>[] = [];
   // Set once the task has succeeded: what fails after it is the COMMIT.
   let committing = false;
+  let checkout: Checkout | undefined;
   const body = async (ctx: TransactionContext<Tx>, openingRows: Row[]): Promise<JobResult<T>> => {
+    // The caller left while this call waited for its connection: roll back, give it back.
+    if (checkout?.enter() === false) throw abortedError(p.signal as AbortSignal);
     connection = ctx;
     if (p.wait) {
       await waitForLock(
@@ -108,12 +112,21 @@ export async function transactionLock<Tx, Session, T>(
   };
 
   try {
-    const result =
-      oneTrip && engine.executor.firstThenBegin
-        ? await engine.executor.firstThenBegin(opening, body)
-        : engine.executor.pipelinedTransaction
-          ? await engine.executor.pipelinedTransaction(opening, body)
-          : await engine.executor.transaction(async (ctx) => body(ctx, await ctx.query(opening)));
+    const result = await abandonableCheckout(
+      p.signal,
+      (c) => {
+        checkout = c;
+        const executor = engine.executor;
+        if (oneTrip && executor.firstThenBegin) return executor.firstThenBegin(opening, body);
+        if (executor.pipelinedTransaction) return executor.pipelinedTransaction(opening, body);
+        return executor.transaction(async (ctx) => {
+          // Checked before the opening too: an abandoned call sends nothing.
+          if (!c.enter()) throw abortedError(p.signal as AbortSignal);
+          return body(ctx, await ctx.query(opening));
+        });
+      },
+      abortedError,
+    );
     if (result.executed) tracker.settled(undefined);
     return result;
   } catch (error) {

@@ -12,6 +12,7 @@
  *
  * @packageDocumentation
  */
+import { abandonableCheckout } from './abandonable-checkout.js';
 import type { LockExecutor } from './executor.js';
 import { sqlState } from './postgres-errors.js';
 import { TIMELINE_PROBE_STATEMENT, type TimelineSource } from './sql/leases.js';
@@ -28,17 +29,30 @@ const known = new WeakMap<object, TimelineSource>();
  * Where `executor`'s server lets claims read their epoch. The answer is kept per executor; a
  * probe that fails for another reason (a lost connection, a standby: 55000) is not kept, and the
  * claim goes on with `'wal'` (a standby then refuses the claim itself, as a read-only write).
+ * A `signal` that fires while the probe waits for a connection rejects with `aborted(signal)`.
  */
 export async function timelineSource(
   executor: LockExecutor<unknown, unknown>,
+  signal?: AbortSignal,
+  aborted: (signal: AbortSignal) => Error = (s) => s.reason as Error,
 ): Promise<TimelineSource> {
   const cached = known.get(executor);
   if (cached !== undefined) return cached;
   try {
-    await executor.transaction(({ query }) => query(TIMELINE_PROBE_STATEMENT, []));
+    // The caller's signal ends the probe's wait for a connection, as it does a lock call's.
+    await abandonableCheckout(
+      signal,
+      (checkout) =>
+        executor.transaction(({ query }) => {
+          if (!checkout.enter()) throw aborted(signal as AbortSignal);
+          return query(TIMELINE_PROBE_STATEMENT, []);
+        }),
+      aborted,
+    );
     known.set(executor, 'wal');
     return 'wal';
   } catch (error) {
+    if (signal?.aborted) throw aborted(signal);
     const state = sqlState(error);
     if (state !== undefined && NEVER_TELLS.has(state)) {
       known.set(executor, 'none');

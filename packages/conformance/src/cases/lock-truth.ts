@@ -603,6 +603,87 @@ export function lockTruthCases<Tx, Session>(
   );
 
   test(
+    'truth.pool-wait-abort',
+    "on a pool of one whose connection another task holds, a call's signal ends its wait for the connection: it rejects ABORTED while the connection is still busy, its task never runs, and the connection it would have had goes back to the pool",
+    () =>
+      withLockkitSchema(fixture(), async (schema) => {
+        const f = fixture();
+        const locks = createLockClient(f.newInstance(1).executor, { schema });
+        // The client's engine self-test, done now: later calls need no connection before their own.
+        await locks.withLock(randomKey(), async () => undefined);
+        const calls: Record<string, (signal: AbortSignal, ran: () => void) => Promise<unknown>> = {
+          'withLock (try)': (signal, ran) =>
+            locks.withLock(randomKey(), async () => ran(), { signal }),
+          'withLock (wait)': (signal, ran) =>
+            locks.withLock(randomKey(), async () => ran(), { wait: true, signal }),
+          runExclusiveJob: (signal, ran) =>
+            locks.runExclusiveJob(
+              'lockkit-conformance',
+              `pool-wait-${randomBytes(4).toString('hex')}`,
+              async () => ran(),
+              {
+                signal,
+              },
+            ),
+          ...(hasCapability(f.instance.executor, 'session') &&
+            !f.instance.executor.transactionPooler && {
+              withSessionLock: (signal: AbortSignal, ran: () => void) =>
+                locks.withSessionLock(randomKey(), async () => ran(), { signal }),
+            }),
+          runWithLease: (signal, ran) =>
+            locks.runWithLease(
+              'lockkit-conformance',
+              `pool-wait-${randomBytes(4).toString('hex')}`,
+              async () => ran(),
+              {
+                signal,
+              },
+            ),
+        };
+        const outcomes: Record<string, unknown> = {};
+        for (const [name, call] of Object.entries(calls)) {
+          const release = gate();
+          const busy = gate();
+          const holder = locks.withLock(randomKey(), async () => {
+            busy.open();
+            await release.promise;
+          });
+          await busy.promise;
+          let ran = false;
+          let stillBusy = true;
+          try {
+            const controller = new AbortController();
+            const waiter = rejection(call(controller.signal, () => (ran = true)));
+            controller.abort(new Error('caller gave up'));
+            // Only a safety valve for the failing case (a wait the abort never ends): the holder
+            // lets go after 8 s, and the check is that the waiter had settled before that.
+            const valve = setTimeout(() => {
+              stillBusy = false;
+              release.open();
+            }, 8000);
+            const error = await waiter;
+            clearTimeout(valve);
+            outcomes[name] = { code: codeOf(error), settledWhileBusy: stillBusy };
+          } finally {
+            release.open();
+            await holder;
+          }
+          // The connection the abandoned call was queued for came back: the next call runs.
+          const next = await locks.withLock(randomKey(), async () => 'next');
+          outcomes[name] = { ...(outcomes[name] as object), ran, next: next.executed };
+        }
+        const expected = Object.fromEntries(
+          Object.keys(calls).map((name) => [
+            name,
+            { code: 'ABORTED', settledWhileBusy: true, ran: false, next: true },
+          ]),
+        );
+        expect(outcomes).toEqual(expected);
+      }),
+    60_000,
+  );
+
+  test(
     'truth.pool-of-one-nested',
     'on a pool of one, a lockkit call from inside a task rejects NESTED_CALL at once instead of waiting forever for the connection the task holds',
     async () => {
