@@ -103,13 +103,16 @@ describe('withFencedWrite and a lost connection', () => {
    * `fence` rejects the first statement, `lost` reports the connection gone; otherwise the fence
    * finds the lease held.
    */
-  const fenced = (how: { begin?: Error; fence?: Error; lost?: boolean }) =>
+  const fenced = (how: { begin?: Error; fence?: Error; lost?: boolean; later?: Error }) =>
     createLockClient({
       name: 'scripted',
       transaction: async (fn) => {
         if (how.begin) throw how.begin;
+        let statements = 0;
         const query = async () => {
           if (how.fence) throw how.fence;
+          // `later`: every statement after the fence (the task's own) fails with it.
+          if (statements++ > 0 && how.later) throw how.later;
           return [{ valid: 1 }];
         };
         return fn({
@@ -141,6 +144,21 @@ describe('withFencedWrite and a lost connection', () => {
       .withFencedWrite(lease, () => Promise.reject(dead()))
       .catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'CONNECTION_LOST' });
+  });
+
+  it("rejects CONNECTION_LOST when the task's statement on the transaction's connection is answered by the server's FATAL before the executor sees the socket close", async () => {
+    // pg_terminate_backend from outside, or the task's own: the server sends FATAL 57P01, and the
+    // driver may reject the statement before it reports the connection gone (a busy machine, a
+    // pooler in between). That statement ran on lockkit's connection: it is lost, not the task's.
+    const fatal = Object.assign(new Error('terminating connection due to administrator command'), {
+      code: '57P01',
+    });
+    const error = await fenced({ lost: false, later: fatal })
+      .withFencedWrite(lease, (_tx, query) =>
+        query('SELECT pg_terminate_backend(pg_backend_pid())'),
+      )
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'CONNECTION_LOST', cause: fatal });
   });
 
   it("passes the task's own error unchanged while the transaction's connection lives", async () => {

@@ -492,6 +492,7 @@ export async function fencedWrite<Tx, T>(
   // The transaction's context, and the task's own error, for telling a lost connection below.
   let context: TransactionContext<Tx> | undefined;
   let taskError: { readonly error: unknown } | undefined;
+  const statementErrors = new WeakSet<object>();
   try {
     return await executor.transaction(async (ctx) => {
       context = ctx;
@@ -508,8 +509,16 @@ export async function fencedWrite<Tx, T>(
         );
       }
       let result: T;
+      // What the transaction's own connection answered with: a statement of the task's that the
+      // server refused on lockkit's connection (the FATAL of a terminated backend can reach it
+      // before the driver reports the socket closed) speaks for that connection, not the task.
+      const onConnection = (text: string, params?: readonly unknown[]) =>
+        query(text, params).catch((error: unknown) => {
+          if (typeof error === 'object' && error !== null) statementErrors.add(error);
+          throw error;
+        });
       try {
-        result = await task(tx, query);
+        result = await task(tx, onConnection);
       } catch (error) {
         taskError = { error };
         throw error;
@@ -522,7 +531,13 @@ export async function fencedWrite<Tx, T>(
       return result;
     });
   } catch (error) {
-    if (!committing) throw connectionLostBeforeCommit(error, context, taskError, what) ?? error;
+    if (!committing) {
+      const onLockkitConnection =
+        typeof error === 'object' && error !== null && statementErrors.has(error);
+      throw (
+        connectionLostBeforeCommit(error, context, taskError, what, onLockkitConnection) ?? error
+      );
+    }
     const failed = commitOutcomeUnknown(error, false, what) ?? commitFailed(error, what) ?? error;
     if (!isLockkitError(failed) || failed.code !== 'COMMIT_OUTCOME_UNKNOWN' || xid === undefined)
       throw failed;
@@ -547,19 +562,22 @@ const COMMIT_STATUS_WAIT_MS = 2000;
  * A fenced write's failure before its COMMIT was sent, when it is the loss of the transaction's
  * connection: a {@link ConnectionLostError} (the transaction rolled back, nothing was written)
  * instead of the driver's raw error — lockkit's own statements (BEGIN, the fence) hit the dead
- * link, or the executor saw the connection go while the task ran. The task's own error on a
- * live connection passes unchanged (it may come from a connection of the task's own); undefined
- * when the failure is not a lost connection.
+ * link, or the executor saw the connection go while the task ran, or a statement the task sent
+ * through lockkit's `query` met it (`onLockkitConnection`). The task's own error on a live
+ * connection passes unchanged (it may come from a connection of the task's own); undefined when
+ * the failure is not a lost connection.
  */
 function connectionLostBeforeCommit(
   error: unknown,
   context: Pick<TransactionContext<unknown>, 'signal' | 'lost'> | undefined,
   taskError: { readonly error: unknown } | undefined,
   what: string,
+  onLockkitConnection: boolean,
 ): ConnectionLostError | undefined {
   if (error instanceof LockkitError) return undefined;
   const lost = context?.lost ?? context?.signal.aborted ?? false;
-  if (!lost && (taskError?.error === error || !isConnectionLoss(error))) return undefined;
+  const own = taskError?.error === error && !onLockkitConnection;
+  if (!lost && (own || !isConnectionLoss(error))) return undefined;
   const mapped = fromPostgresError(error, what);
   if (mapped instanceof ConnectionLostError) return mapped;
   return new ConnectionLostError(
