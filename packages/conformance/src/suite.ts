@@ -40,6 +40,9 @@ export interface Fixture<Tx, Session> {
   ): AdapterInstance<Tx, Session>;
 }
 
+/** How long the checks after each case wait for the case's pools to close. */
+const CLOSE_WATCHDOG_MS = 15_000;
+
 /** Declares the fixture hooks in the current describe block and returns its accessor. */
 export function useFixture<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
@@ -106,7 +109,16 @@ export function useFixture<Tx, Session>(
       }, 1000);
     }
     const busy = await fixture.observer.busyConnectionsOf(fixture.applicationName);
-    await Promise.all(instances.map((i) => i.close()));
+    // Bounded: a driver a fault left wedged must fail this check by name, not the hook's timeout.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const closed = await Promise.race([
+      Promise.all(instances.map((i) => i.close())).then(() => true),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), CLOSE_WATCHDOG_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    expect(closed, `the test's pools closed within ${CLOSE_WATCHDOG_MS} ms`).toBe(true);
     expect(
       locks.map((l) => `${l.key} ${l.mode} granted=${l.granted}`),
       'leaked advisory locks',

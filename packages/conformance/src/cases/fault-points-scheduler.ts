@@ -220,6 +220,9 @@ const drain = () => new Promise<void>((resolve) => setImmediate(() => setImmedia
 /** Bounds a call that never settles, so that the violation names its point instead of a timeout. */
 const WATCHDOG_MS = 5000;
 
+/** Bounds the other steps of a combination (set-up, judging, the finisher): looser, they do more. */
+const STEP_WATCHDOG_MS = 20_000;
+
 /** `promise`, or `late` once `ms` have passed without it settling. */
 async function bounded<T>(promise: Promise<T>, late: T, ms = WATCHDOG_MS): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -394,8 +397,25 @@ async function searchFaultPoints<Tx, Session>(
   for (let k = 0; k < recorded.length; k++) {
     if (only !== undefined && k !== only) continue;
     const point = `${operation} / boundary ${k} (${head(recorded[k])}) / ${fault.id}`;
+    /**
+     * A step of this combination other than the faulted call (set-up, judging, the finisher):
+     * one that never settles fails the case naming the point to replay, instead of the test's
+     * timeout naming nothing.
+     */
+    const step = async <T>(what: string, promise: Promise<T>): Promise<T> => {
+      const done = await bounded(
+        promise.then((value) => ({ value })),
+        undefined,
+        STEP_WATCHDOG_MS,
+      );
+      if (done === undefined)
+        throw new Error(
+          `${point}: ${what} did not settle within ${STEP_WATCHDOG_MS} ms (replay: LOCKKIT_TEST_FAULT_BOUNDARY=${k} and -t 'faults.${operation}.${fault.id}')`,
+        );
+      return done.value;
+    };
     const found: string[] = [];
-    const r = await round();
+    const r = await step('setting up the round', round());
     const trap = proxy.trapStatement(k, fault.wire);
     const call = r.start();
     const fired = await Promise.race([
@@ -445,15 +465,18 @@ async function searchFaultPoints<Tx, Session>(
       violations.push(`${point}: the run did not settle within ${WATCHDOG_MS} ms`);
       break;
     }
-    found.push(...(await r.judgeRun(fault)));
-    const leftovers = await judgeLeftovers(f.observer, f.applicationName, instance);
+    found.push(...(await step('judging the run', r.judgeRun(fault))));
+    const leftovers = await step(
+      'looking for leftovers',
+      judgeLeftovers(f.observer, f.applicationName, instance),
+    );
     found.push(...leftovers);
     // A connection still out of a pool of one would wedge every later run: stop here.
     if (leftovers.some((v) => v.includes('checked out'))) {
       violations.push(...found.map((v) => `${point}: ${v}`));
       break;
     }
-    found.push(...(await r.finish()));
+    found.push(...(await step('finishing (another node runs the tick)', r.finish())));
     violations.push(...found.map((v) => `${point}: ${v}`));
   }
   console.log(
