@@ -25,6 +25,7 @@ import { type PostgresReservedLike, postgresExecutor } from '../src/index.js';
 function instance(url: string, poolSize: number, prepare: boolean, transactionPooler: boolean) {
   const sql = postgres(url, { max: poolSize, prepare, onnotice: () => {} });
   const open = new Map<PostgresReservedLike, { pid?: number | undefined; dead?: boolean }>();
+  let looking: postgres.Sql | undefined;
   const counted = {
     unsafe: sql.unsafe.bind(sql),
     options: sql.options,
@@ -67,11 +68,15 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
       const live = [...open.values()].filter((e) => e.dead !== true);
       if (live.length === 0) return 0;
       const pids = live.map((e) => e.pid ?? -1);
-      const alive = await sql<{ pid: number }[]>`
+      // Asked on a connection of its own: the pool under test may be wedged by the very reserve
+      // this counts (a pool of one whose connection is out), and must not be needed to tell so.
+      looking ??= postgres(url, { max: 1, prepare, onnotice: () => {} });
+      const alive = await looking<{ pid: number }[]>`
         SELECT pid FROM pg_stat_activity WHERE pid = ANY(${pids}::int4[])`;
       return pids.filter((pid) => pid === -1 || alive.some((a) => a.pid === pid)).length;
     },
-    close: () => sql.end({ timeout: 5 }),
+    close: () =>
+      Promise.all([sql.end({ timeout: 5 }), looking?.end({ timeout: 5 })]).then(() => undefined),
   };
 }
 
