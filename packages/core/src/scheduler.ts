@@ -257,9 +257,20 @@ interface Job<Tx> extends LedgerJob {
    */
   nameHash: string | undefined;
   readonly cron: CronSchedule;
-  readonly cronText: string;
-  readonly timezone: string;
   readonly handler: JobHandler<Tx>;
+  /** How the job runs: one object for all the jobs registered with the same options. */
+  readonly settings: JobSettings;
+  timer: TickTimer<Job<Tx>> | undefined;
+  /** The last conflict reported, so that one conflict is reported once. */
+  conflict: string | undefined;
+}
+
+/**
+ * A job's options as read at registration. Jobs registered alike share one object
+ * ({@link Scheduler}'s `settingsOf`): 10,000 jobs kept 10,000 copies of the same eleven fields.
+ */
+interface JobSettings {
+  readonly timezone: string;
   readonly mode: 'transaction' | 'lease';
   readonly overlap: OverlapPolicy;
   readonly catchUp: CatchUpPolicy;
@@ -270,9 +281,6 @@ interface Job<Tx> extends LedgerJob {
   readonly claimTimeoutMs: number;
   readonly queueLimit: number;
   readonly lease: LeaseOptions;
-  timer: TickTimer<Job<Tx>> | undefined;
-  /** The last conflict reported, so that one conflict is reported once. */
-  conflict: string | undefined;
 }
 
 /** What one attempt at one tick came to on this node. */
@@ -382,6 +390,8 @@ export class Scheduler<Tx> {
   private readonly jobByKey = new Map<number, string>();
   /** Parsed schedules, each held once for all the jobs on it. */
   private readonly schedules = new ScheduleBook();
+  /** Settings shared by the jobs registered alike (see `settingsOf`), by their values. */
+  private readonly sharedSettings = new Map<string, JobSettings>();
   /** The lease options of every lease-mode job registered without any: one object for all. */
   private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
@@ -542,16 +552,8 @@ export class Scheduler<Tx> {
         );
       }
     }
-    this.jobs.set(name, {
-      name,
-      hash: booked.hash,
-      key: undefined,
-      nameHash: undefined,
-      cron: parsed,
-      cronText: cron,
+    const settings = this.settingsOf({
       timezone,
-      // The overloads tie the handler's run type to `mode`, the run it gets here.
-      handler: handler as JobHandler<Tx>,
       mode,
       overlap,
       catchUp,
@@ -563,6 +565,16 @@ export class Scheduler<Tx> {
       claimTimeoutMs: count(options.claimTimeoutMs, 'claimTimeoutMs', 1, 5000),
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
+    });
+    this.jobs.set(name, {
+      name,
+      hash: booked.hash,
+      key: undefined,
+      nameHash: undefined,
+      cron: parsed,
+      // The overloads tie the handler's run type to `mode`, the run it gets here.
+      handler: handler as JobHandler<Tx>,
+      settings,
       // Set later: present from the start, they stay in the object rather than in a second one.
       timer: undefined,
       conflict: undefined,
@@ -574,6 +586,22 @@ export class Scheduler<Tx> {
       this.schedule(job);
     }
     return this;
+  }
+
+  /**
+   * The one settings object of the jobs registered with `settings`' values: a job given lease
+   * options of its own, or a catch-up window, keeps its own object.
+   */
+  private settingsOf(settings: JobSettings): JobSettings {
+    if (settings.lease !== this.ownerOnlyLease || typeof settings.catchUp === 'object')
+      return settings;
+    const key = `${settings.timezone}\u0000${settings.mode} ${settings.overlap} ${settings.catchUp} ${settings.maxAttempts} ${settings.retryDelayMs} ${settings.timeoutMs} ${settings.jitterMs} ${settings.claimTimeoutMs} ${settings.queueLimit}`;
+    let shared = this.sharedSettings.get(key);
+    if (shared === undefined) {
+      shared = Object.freeze(settings);
+      this.sharedSettings.set(key, shared);
+    }
+    return shared;
   }
 
   /** Listens to one kind of outcome. Listener errors are swallowed. */
@@ -680,7 +708,7 @@ export class Scheduler<Tx> {
     if (job.cron.nextRun(new Date(at - 1))?.getTime() !== at) {
       throw new LockkitError(
         'OPTION_INVALID',
-        `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${job.cronText}".`,
+        `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${job.cron.expression}".`,
       );
     }
     const work = this.fire(job, tick);
@@ -704,7 +732,7 @@ export class Scheduler<Tx> {
     job.timer = new TickTimer(job.cron, {
       clock: this.clock,
       queue: this.wakeQueue,
-      jitterMs: job.jitterMs,
+      jitterMs: job.settings.jitterMs,
       onTick: this.onTick,
       subject: job,
     });
@@ -731,8 +759,8 @@ export class Scheduler<Tx> {
       const batch = jobs.slice(from, from + ANNOUNCE_BATCH).map((job) => ({
         name: job.name,
         hash: job.hash,
-        cron: job.cronText,
-        timezone: job.timezone,
+        cron: job.cron.expression,
+        timezone: job.settings.timezone,
       }));
       const conflicting = await this.query((q) => this.ledger.registerMany(q, batch));
       for (let i = 0; i < batch.length; i++) {
@@ -823,7 +851,7 @@ export class Scheduler<Tx> {
    * `catch-up`, or a `pending` tick of the ledger (queued, a retry, given back).
    */
   private runOne(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
-    return job.mode === 'transaction'
+    return job.settings.mode === 'transaction'
       ? this.runInTransaction(job, tick, how)
       : this.runInLease(job, tick, how);
   }
@@ -836,14 +864,15 @@ export class Scheduler<Tx> {
   /** The run's signal: the connection's or lease's, the job timeout, and stop(). */
   private runSignal(job: Job<Tx>, base: AbortSignal): AbortSignal {
     const signals = [base, this.stopping.signal];
-    if (job.timeoutMs !== undefined) signals.push(AbortSignal.timeout(job.timeoutMs));
+    if (job.settings.timeoutMs !== undefined)
+      signals.push(AbortSignal.timeout(job.settings.timeoutMs));
     return AbortSignal.any(signals);
   }
 
   /** How a failed attempt is recorded: for a retry after `retryDelayMs`, or for good. */
   private failure(job: Job<Tx>, attempt: number, error: string): RunRecord {
-    return attempt < job.maxAttempts
-      ? { kind: 'retry', error, retryAt: new Date(this.now() + job.retryDelayMs) }
+    return attempt < job.settings.maxAttempts
+      ? { kind: 'retry', error, retryAt: new Date(this.now() + job.settings.retryDelayMs) }
       : { kind: 'failed', error };
   }
 
@@ -886,8 +915,8 @@ export class Scheduler<Tx> {
 
   /** Records an overlapping tick per the job's policy (inside a transaction). */
   private async overlapped(job: Job<Tx>, tick: Date, query: QueryFn): Promise<HeldDecision> {
-    if (job.overlap === 'queue')
-      return this.ledger.queue(query, job, tick, new Date(this.now()), job.queueLimit);
+    if (job.settings.overlap === 'queue')
+      return this.ledger.queue(query, job, tick, new Date(this.now()), job.settings.queueLimit);
     return (await this.ledger.recordSkipped(query, job, tick)) ? 'skipped' : 'exists';
   }
 
@@ -904,13 +933,13 @@ export class Scheduler<Tx> {
     query: QueryFn,
     now: Date,
   ): Promise<HeldDecision | undefined> {
-    if (job.overlap !== 'queue' || how !== 'timer') return undefined;
+    if (job.settings.overlap !== 'queue' || how !== 'timer') return undefined;
     if (state.kind !== 'free' && state.kind !== 'due') return undefined;
     const due = await this.ledger.nextDue(query, job, now);
     if (due === undefined || due.getTime() >= tick.getTime()) return undefined;
     // Queued already (another node queued it while this one waited for the job): it waits there.
     if (state.kind === 'due') return 'queued';
-    return this.ledger.queue(query, job, tick, now, job.queueLimit);
+    return this.ledger.queue(query, job, tick, now, job.settings.queueLimit);
   }
 
   /** Reports the ticks a committed catch-up recorded MISSED. */
@@ -935,19 +964,21 @@ export class Scheduler<Tx> {
     // be waiting for an earlier run's lease, up to claimTimeoutMs, with no row for it yet: not a
     // hole until then.
     const waitingMs =
-      job.mode === 'lease' && job.overlap === 'skip' ? job.jitterMs + job.claimTimeoutMs : 0;
+      job.settings.mode === 'lease' && job.settings.overlap === 'skip'
+        ? job.settings.jitterMs + job.settings.claimTimeoutMs
+        : 0;
     const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs));
     const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
     if (holes.length === 0) return [];
     let run: Date[] = [];
-    if (job.catchUp === 'latest') {
+    if (job.settings.catchUp === 'latest') {
       // The newest hole, unless a later tick has run (or waits to) since: the job is then up to
       // date, and one outage gives one catch-up run even when a hole leaves the grace window only
       // after the outage's first tick ran.
       const newest = holes[0] as Date;
       if (!(await this.ledger.ranAfter(query, job, newest))) run = [newest];
-    } else if (typeof job.catchUp === 'object') {
-      const since = tick.getTime() - job.catchUp.withinMs;
+    } else if (typeof job.settings.catchUp === 'object') {
+      const since = tick.getTime() - job.settings.catchUp.withinMs;
       run = holes.filter((t) => t.getTime() >= since).reverse();
     }
     const recorded = await this.ledger.recordMissed(
@@ -964,7 +995,7 @@ export class Scheduler<Tx> {
 
   private async runInTransaction(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
-    const handlerTimeout = job.timeoutMs ?? this.locks.statementTimeoutMs;
+    const handlerTimeout = job.settings.timeoutMs ?? this.locks.statementTimeoutMs;
     for (;;) {
       // Ticks catch-up recorded MISSED: reported once (if) the transaction commits.
       const missed: Date[] = [];
@@ -1050,7 +1081,7 @@ export class Scheduler<Tx> {
           },
           {
             wait: true,
-            timeoutMs: job.claimTimeoutMs,
+            timeoutMs: job.settings.claimTimeoutMs,
             signal: this.stopping.signal,
             // The wait is bounded by claimTimeoutMs alone: no statement_timeout (the client's
             // default included) may turn an overlap into an error. The handler gets its own.
@@ -1111,12 +1142,12 @@ export class Scheduler<Tx> {
     // Claims take the tick's lock as runs in transaction mode do, so that a node whose wait for
     // the job's lock timed out judges a claim the same way (see whenHeld).
     const tickLock = lockStatement(this.tickKey(job, tick), 'transaction', 'exclusive', true);
-    const settings = leaseSettings(job.lease);
+    const settings = leaseSettings(job.settings.lease);
     // A fresh tick that finds an earlier tick's run holding the job waits this long for it to
     // end (polling the lease), as transaction mode waits for the job's lock: a node whose clock
     // runs ahead fires the next tick before that run ends, and must not call it an overlap.
     // Real time, as the lock wait's: claimTimeoutMs bounds how long a node waits, not a schedule.
-    const waitUntil = performance.now() + job.claimTimeoutMs;
+    const waitUntil = performance.now() + job.settings.claimTimeoutMs;
     let pauseMs: number = LEASE_POLL_MS[0];
     for (;;) {
       const missed: Date[] = [];
@@ -1152,7 +1183,11 @@ export class Scheduler<Tx> {
               // (with overlap 'queue' it waits in the ledger instead, where catch-up sees it and
               // the queue keeps its order), then overlaps it; one already in the ledger (due, or
               // its runner gone) waits there for whoever runs next.
-              if (state.kind === 'free' && job.overlap === 'skip' && performance.now() < waitUntil)
+              if (
+                state.kind === 'free' &&
+                job.settings.overlap === 'skip' &&
+                performance.now() < waitUntil
+              )
                 return { kind: 'busy' as const };
               const decision =
                 state.kind === 'free' ? await this.overlapped(job, tick, ctx.query) : 'later';
@@ -1169,7 +1204,7 @@ export class Scheduler<Tx> {
           },
           {
             wait: true,
-            timeoutMs: job.claimTimeoutMs,
+            timeoutMs: job.settings.claimTimeoutMs,
             signal: this.stopping.signal,
             statementTimeoutMs: 0,
           },
@@ -1237,8 +1272,8 @@ export class Scheduler<Tx> {
             // A handler still running a whole ttlMs after its timeoutMs ignored its signal: let
             // the lease expire, so that the job is not held on every node for as long as this
             // process lives (fenced writes of the hung handler are refused from then on).
-            ...(job.timeoutMs !== undefined && {
-              letGoAfterMs: job.timeoutMs + settings.ttlMs,
+            ...(job.settings.timeoutMs !== undefined && {
+              letGoAfterMs: job.settings.timeoutMs + settings.ttlMs,
             }),
             fenced: async (fencedTask) => {
               try {
@@ -1262,7 +1297,8 @@ export class Scheduler<Tx> {
               // INTERRUPTED_GIVE_BACKS times beyond the job's attempts: a tick whose every run
               // loses its connection ends FAILED, not run forever.
               const giveBackInterrupted =
-                interrupted !== undefined && attempt < job.maxAttempts + INTERRUPTED_GIVE_BACKS;
+                interrupted !== undefined &&
+                attempt < job.settings.maxAttempts + INTERRUPTED_GIVE_BACKS;
               if (result.failed && (this.stopping.signal.aborted || giveBackInterrupted)) {
                 givenBack = this.stopping.signal.aborted ? 'stopped' : 'interrupted';
                 return [
@@ -1293,7 +1329,7 @@ export class Scheduler<Tx> {
           this.retryLater(job, tick, {
             kind: 'retry',
             error: describeError(error),
-            retryAt: new Date(this.now() + job.retryDelayMs),
+            retryAt: new Date(this.now() + job.settings.retryDelayMs),
           });
           return { catchUp: c.catchUp, drain: false };
         }
