@@ -57,7 +57,7 @@ import {
   RUN_SETTINGS,
   SAVEPOINT,
 } from './sql/scheduler.js';
-import { TickTimer } from './tick-timer.js';
+import { TickTimer, type TickTimerOptions } from './tick-timer.js';
 import { WakeQueue } from './wake-queue.js';
 import { timelineSource } from './wal-timeline.js';
 
@@ -283,6 +283,29 @@ interface JobSettings {
   readonly lease: LeaseOptions;
 }
 
+/**
+ * How many distinct settings objects a scheduler shares among its jobs. Jobs registered with yet
+ * other options keep their own: sharing is a saving, never a look-up that grows with the jobs.
+ */
+const MAX_SHARED_SETTINGS = 16;
+
+/** Whether two jobs' settings are the same, lease and catch-up policy included by identity. */
+function sameSettings(a: JobSettings, b: JobSettings): boolean {
+  return (
+    a.timezone === b.timezone &&
+    a.mode === b.mode &&
+    a.overlap === b.overlap &&
+    a.catchUp === b.catchUp &&
+    a.maxAttempts === b.maxAttempts &&
+    a.retryDelayMs === b.retryDelayMs &&
+    a.timeoutMs === b.timeoutMs &&
+    a.jitterMs === b.jitterMs &&
+    a.claimTimeoutMs === b.claimTimeoutMs &&
+    a.queueLimit === b.queueLimit &&
+    a.lease === b.lease
+  );
+}
+
 /** What one attempt at one tick came to on this node. */
 interface TickOutcome {
   /** Ticks catch-up decided to run now. */
@@ -390,8 +413,8 @@ export class Scheduler<Tx> {
   private readonly jobByKey = new Map<number, string>();
   /** Parsed schedules, each held once for all the jobs on it. */
   private readonly schedules = new ScheduleBook();
-  /** Settings shared by the jobs registered alike (see `settingsOf`), by their values. */
-  private readonly sharedSettings = new Map<string, JobSettings>();
+  /** Settings shared by the jobs registered alike (see `settingsOf`), at most {@link MAX_SHARED_SETTINGS}. */
+  private readonly sharedSettings: JobSettings[] = [];
   /** The lease options of every lease-mode job registered without any: one object for all. */
   private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
@@ -402,6 +425,8 @@ export class Scheduler<Tx> {
   private readonly clock: Clock;
   /** Where every job's tick timer waits: one clock timer for all the jobs, not one a job. */
   private readonly wakeQueue: WakeQueue;
+  /** The tick timers' options by jitter (see `timerOptions`): one object, not seven fields, a job. */
+  private readonly timerOptionsByJitter = new Map<number, TickTimerOptions<Job<Tx>>>();
   /** Every tick timer's `onTick`: one function for all the jobs, not a closure a job. */
   private readonly onTick = (tick: Date, job: Job<Tx>): void => this.track(this.fire(job, tick));
   private readonly now: () => number;
@@ -595,13 +620,14 @@ export class Scheduler<Tx> {
   private settingsOf(settings: JobSettings): JobSettings {
     if (settings.lease !== this.ownerOnlyLease || typeof settings.catchUp === 'object')
       return settings;
-    const key = `${settings.timezone}\u0000${settings.mode} ${settings.overlap} ${settings.catchUp} ${settings.maxAttempts} ${settings.retryDelayMs} ${settings.timeoutMs} ${settings.jitterMs} ${settings.claimTimeoutMs} ${settings.queueLimit}`;
-    let shared = this.sharedSettings.get(key);
-    if (shared === undefined) {
-      shared = Object.freeze(settings);
-      this.sharedSettings.set(key, shared);
+    // Compared field by field, newest first: no key string made per registration.
+    for (let i = this.sharedSettings.length - 1; i >= 0; i--) {
+      const shared = this.sharedSettings[i] as JobSettings;
+      if (sameSettings(shared, settings)) return shared;
     }
-    return shared;
+    if (this.sharedSettings.length < MAX_SHARED_SETTINGS)
+      this.sharedSettings.push(Object.freeze(settings));
+    return settings;
   }
 
   /** Listens to one kind of outcome. Listener errors are swallowed. */
@@ -729,14 +755,23 @@ export class Scheduler<Tx> {
   /** Fires the job's ticks from now on (see {@link TickTimer}: capped sleeps, jitter-safe). */
   private schedule(job: Job<Tx>): void {
     if (this.stopping.signal.aborted) return;
-    job.timer = new TickTimer(job.cron, {
-      clock: this.clock,
-      queue: this.wakeQueue,
-      jitterMs: job.settings.jitterMs,
-      onTick: this.onTick,
-      subject: job,
-    });
+    job.timer = new TickTimer(job.cron, this.timerOptions(job.settings.jitterMs), job);
     job.timer.start();
+  }
+
+  /** The tick timers' options for a jitter: one object for all the jobs with that jitter. */
+  private timerOptions(jitterMs: number): TickTimerOptions<Job<Tx>> {
+    let options = this.timerOptionsByJitter.get(jitterMs);
+    if (options === undefined) {
+      options = Object.freeze({
+        clock: this.clock,
+        queue: this.wakeQueue,
+        jitterMs,
+        onTick: this.onTick,
+      });
+      this.timerOptionsByJitter.set(jitterMs, options);
+    }
+    return options;
   }
 
   private track(work: Promise<void>): void {

@@ -55,14 +55,13 @@ export const DEFAULT_MAX_LATE_MS = 60_000;
  * it is due.
  */
 export class TickTimer<S = undefined> implements Sleeper {
-  private readonly clock: Clock;
+  /**
+   * The options, read when needed rather than copied into seven fields: a scheduler passes one
+   * options object to all its jobs' timers (a job is the `subject`, given apart).
+   */
+  private readonly options: TickTimerOptions<S>;
   private readonly queue: WakeQueue;
   private readonly subject: S;
-  private readonly jitterMs: number;
-  private readonly random: () => number;
-  private readonly maxLateMs: number;
-  private readonly maxStepMs: number;
-  private readonly onTick: (tick: Date, subject: S) => void;
   /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
   private last = 0;
   /**
@@ -77,18 +76,34 @@ export class TickTimer<S = undefined> implements Sleeper {
   wakeAt = Number.NaN;
   wakeSeq = 0;
 
+  /**
+   * @param subject what the ticks are about, when the options (shared by many timers) do not say:
+   * default `options.subject`.
+   */
   constructor(
     private readonly schedule: TickSchedule,
     options: TickTimerOptions<S>,
+    subject: S = options.subject as S,
   ) {
-    this.clock = options.clock;
+    this.options = options;
     this.queue = options.queue ?? new WakeQueue(options.clock);
-    this.onTick = options.onTick;
-    this.subject = options.subject as S;
-    this.jitterMs = options.jitterMs ?? 0;
-    this.random = options.random ?? Math.random;
-    this.maxLateMs = options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
-    this.maxStepMs = Math.min(options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
+    this.subject = subject;
+  }
+
+  private get clock(): Clock {
+    return this.options.clock;
+  }
+
+  private get jitterMs(): number {
+    return this.options.jitterMs ?? 0;
+  }
+
+  private get maxLateMs(): number {
+    return this.options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
+  }
+
+  private get maxStepMs(): number {
+    return Math.min(this.options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
   }
 
   /** The scheduled tick the timer is waiting for, if any. */
@@ -133,7 +148,8 @@ export class TickTimer<S = undefined> implements Sleeper {
         const next = this.schedule.nextRun(new Date(from));
         if (next === null) return; // the schedule has no more ticks
         const tick = next.getTime();
-        const jitter = this.jitterMs > 0 ? Math.floor(this.random() * this.jitterMs) : 0;
+        const random = this.options.random ?? Math.random;
+        const jitter = this.jitterMs > 0 ? Math.floor(random() * this.jitterMs) : 0;
         this.dueTick = tick;
         this.dueAt = tick + jitter;
       }
@@ -148,7 +164,7 @@ export class TickTimer<S = undefined> implements Sleeper {
       this.dueAt = Number.NaN;
       if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
       this.last = tick;
-      this.onTick(new Date(tick), this.subject);
+      this.options.onTick(new Date(tick), this.subject);
     }
   }
 }
