@@ -100,16 +100,15 @@ function parse(expression: string, settings: CronOptions): Cron {
  * schedules asked recently ({@link RECENT_PARSES}) and made again for the others, so that a
  * schedule costs a few dozen bytes, not croner's objects.
  *
- * It remembers its last answer to `nextRun(after)`: tick T, the first after `after`, is also the
- * first after any instant in [after, T). The 10,000 jobs of one schedule, each asking from a
- * slightly later instant as they are registered and started, then cost one look-up (croner's
- * look-ups in a named zone each format dates through `Intl`).
+ * Read by croner, it remembers its last answer to `nextRun(after)`: tick T, the first after
+ * `after`, is also the first after any instant in [after, T). The 10,000 jobs of one schedule,
+ * each asking from a slightly later instant as they are registered and started, then cost one
+ * look-up (croner's look-ups in a named zone each format dates through `Intl`). Its masks answer
+ * without allocating, so a masked schedule remembers nothing (two boxed numbers less each).
  */
 export class CronSchedule {
-  /** The `after` of the remembered look-up (ms), or NaN when none is. */
-  private askedAfter = Number.NaN;
-  /** Its answer (ms), or NaN when the schedule has no tick after `askedAfter`. */
-  private answer = Number.NaN;
+  /** croner's last answer (ms; NaN for none) and the `after` it was asked from. */
+  private remembered: { readonly after: number; readonly answer: number } | undefined;
 
   /** Use {@link parseSchedule}, which checks the expression and the zone. */
   constructor(
@@ -123,24 +122,26 @@ export class CronSchedule {
   /** The first tick strictly after `after`, or `null` when there is none (croner's answer). */
   nextRun(after: Date): Date | null {
     const from = after.getTime();
-    // Comparisons with NaN are false: nothing remembered, or no tick, asks again.
-    if (from >= this.askedAfter && from < this.answer) return new Date(this.answer);
     // The masks count years as Date.UTC does: from 1970 on, croner's answer (cron-mask.test.ts).
-    if (this.mask !== undefined && from >= 0) return this.remember(from, this.mask.nextAfter(from));
+    if (this.mask !== undefined && from >= 0) {
+      const next = this.mask.nextAfter(from);
+      return next === null ? null : new Date(next);
+    }
+    const last = this.remembered;
+    // Comparisons with NaN are false: no tick remembered asks again.
+    if (last !== undefined && from >= last.after && from < last.answer)
+      return new Date(last.answer);
     return this.ask(this.cron(), after);
   }
 
   /** croner's next tick after `after` by `parsed`, remembered. */
   private ask(parsed: Cron, after: Date): Date | null {
     const next = parsed.nextRun(after);
-    return this.remember(after.getTime(), next === null ? null : next.getTime());
-  }
-
-  /** Remembers `next` as the first tick after `after` (ms), and answers it as a Date. */
-  private remember(after: number, next: number | null): Date | null {
-    this.askedAfter = after;
-    this.answer = next === null ? Number.NaN : next;
-    return next === null ? null : new Date(next);
+    this.remembered = {
+      after: after.getTime(),
+      answer: next === null ? Number.NaN : next.getTime(),
+    };
+    return next;
   }
 
   /**
@@ -199,10 +200,11 @@ function hold(schedule: CronSchedule, parsed: Cron): void {
 }
 
 /**
- * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC,
- * and answers (and remembers) its first tick after `from`. A plain expression in UTC is read into
- * a {@link CronMask} without croner (whose every parse allocates an ~80 KB year table, garbage at
- * once but 800 MB of it for 10,000 distinct schedules). Another is parsed by croner: its field
+ * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC.
+ * A plain expression in UTC is read into a {@link CronMask} without croner (whose every parse
+ * allocates an ~80 KB year table, garbage at once but 800 MB of it for 10,000 distinct
+ * schedules). Another is parsed by croner, which answers (and remembers) its first tick after
+ * `from` (so an impossible zone throws here), then let go: its field
  * tables are shared with every other schedule's equal ones (`cron-tables.ts`), and croner's parse
  * is held only while the schedule is among those asked recently, not from this parse on. A
  * distinct schedule costs a few dozen bytes, not croner's ~82 KB, nor its ~600 bytes once tables
@@ -219,11 +221,8 @@ export function parseSchedule(
   const timezone = options.timezone ?? DEFAULT_TIMEZONE;
   if (timezone === 'UTC' || timezone === 'Etc/UTC') {
     const mask = CronMask.read(cron, options.domAndDow ?? false);
-    if (mask !== undefined) {
-      const schedule = new CronSchedule(cron, settings, mask);
-      schedule.nextRun(from);
-      return schedule;
-    }
+    // Its look-ups cost no parse: nothing to answer ahead (the caller asks what it needs).
+    if (mask !== undefined) return new CronSchedule(cron, settings, mask);
   }
   return CronSchedule.firstAsked(cron, settings, parse(cron, settings), from);
 }

@@ -407,10 +407,12 @@ const INTERRUPTED_GIVE_BACKS = 3;
 export class Scheduler<Tx> {
   private readonly jobs = new Map<string, Job<Tx>>();
   /**
-   * Job name by the second number of its lock key, to refuse a colliding name in O(1): the first
-   * number is the namespace's, the same for every job of this scheduler (`jobKey`).
+   * The second number of each job's lock key, as an int32 (a small integer, where the unsigned
+   * one is a boxed number half the time), to refuse a colliding name in O(1): the first number
+   * is the namespace's, the same for every job of this scheduler (`jobKey`). A set, not a map to
+   * the name: the colliding name is looked for only when there is one.
    */
-  private readonly jobByKey = new Map<number, string>();
+  private readonly keyIds = new Set<number>();
   /** Parsed schedules, each held once for all the jobs on it. */
   private readonly schedules = new ScheduleBook();
   /** Settings shared by the jobs registered alike (see `settingsOf`), at most {@link MAX_SHARED_SETTINGS}. */
@@ -516,9 +518,11 @@ export class Scheduler<Tx> {
     if (this.jobs.has(name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
-    const keyId = key.pgLocks.objid;
-    const colliding = this.jobByKey.get(keyId);
-    if (colliding !== undefined) {
+    const keyId = key.pgLocks.objid | 0;
+    if (this.keyIds.has(keyId)) {
+      const colliding = [...this.jobs.keys()].find(
+        (other) => (jobKey(this.lockNamespace, other).pgLocks.objid | 0) === keyId,
+      );
       throw new LockkitError(
         'OPTION_INVALID',
         `job names "${name}" and "${colliding}" hash to the same lock key ${key}: rename one.`,
@@ -604,7 +608,7 @@ export class Scheduler<Tx> {
       timer: undefined,
       conflict: undefined,
     });
-    this.jobByKey.set(keyId, name);
+    this.keyIds.add(keyId);
     const job = this.jobs.get(name) as Job<Tx>;
     if (this.started) {
       void this.announce([job]).catch(() => {});

@@ -60,16 +60,16 @@ export class TickTimer<S = undefined> implements Sleeper {
    * options object to all its jobs' timers (a job is the `subject`, given apart).
    */
   private readonly options: TickTimerOptions<S>;
-  private readonly queue: WakeQueue;
   private readonly subject: S;
   /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
   private last = 0;
   /**
-   * The scheduled tick waited for, and when it fires (tick + jitter); NaN when none is. Two
-   * fields rather than an object: a scheduler holds one timer a job.
+   * The scheduled tick waited for, NaN when none is, and its jitter: it fires at
+   * `dueTick + dueJitter`. Fields rather than an object, and the jitter a small integer rather
+   * than a second time (a boxed number each): a scheduler holds one timer a job.
    */
   private dueTick = Number.NaN;
-  private dueAt = Number.NaN;
+  private dueJitter = 0;
   private running = false;
   /** {@link Sleeper}'s fields: the queue's, not the timer's. */
   wakeSlot = -1;
@@ -85,9 +85,14 @@ export class TickTimer<S = undefined> implements Sleeper {
     options: TickTimerOptions<S>,
     subject: S = options.subject as S,
   ) {
-    this.options = options;
-    this.queue = options.queue ?? new WakeQueue(options.clock);
+    // A timer without a queue gets one of its own, in an options object of its own.
+    this.options =
+      options.queue === undefined ? { ...options, queue: new WakeQueue(options.clock) } : options;
     this.subject = subject;
+  }
+
+  private get queue(): WakeQueue {
+    return this.options.queue as WakeQueue;
   }
 
   private get clock(): Clock {
@@ -122,7 +127,6 @@ export class TickTimer<S = undefined> implements Sleeper {
     this.running = true;
     this.last = this.clock.now() - this.jitterMs;
     this.dueTick = Number.NaN;
-    this.dueAt = Number.NaN;
     this.arm();
   }
 
@@ -131,7 +135,6 @@ export class TickTimer<S = undefined> implements Sleeper {
     this.running = false;
     this.queue.remove(this);
     this.dueTick = Number.NaN;
-    this.dueAt = Number.NaN;
   }
 
   /** For the queue: the wait is over, the clock is read again. */
@@ -151,9 +154,9 @@ export class TickTimer<S = undefined> implements Sleeper {
         const random = this.options.random ?? Math.random;
         const jitter = this.jitterMs > 0 ? Math.floor(random() * this.jitterMs) : 0;
         this.dueTick = tick;
-        this.dueAt = tick + jitter;
+        this.dueJitter = jitter;
       }
-      const wait = this.dueAt - now;
+      const wait = this.dueTick + this.dueJitter - now;
       if (wait > 0) {
         // Capped step; on waking, the clock is read again.
         this.queue.add(this, now + Math.min(wait, this.maxStepMs));
@@ -161,7 +164,6 @@ export class TickTimer<S = undefined> implements Sleeper {
       }
       const tick = this.dueTick;
       this.dueTick = Number.NaN;
-      this.dueAt = Number.NaN;
       if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
       this.last = tick;
       this.options.onTick(new Date(tick), this.subject);
