@@ -29,6 +29,26 @@ describe('scheduler footprint', () => {
     expect(clock.pendingTimers).toBe(0);
   });
 
+  it('jobs on one schedule without jitter, started together, share one tick timer and all fire', async () => {
+    const clock = new SimulatedClock(Date.UTC(2027, 0, 1, 12, 0, 30));
+    const scheduler = createScheduler(locks, { clock });
+    for (let j = 0; j < 300; j++) scheduler.register(`hourly-${j}`, '0 0 * * * *', () => {});
+    scheduler.register('jittered', '0 0 * * * *', () => {}, { jitterMs: 400 });
+    scheduler.register('own-schedule', '0 30 * * * *', () => {});
+    const erred = new Set<string>();
+    scheduler.on('error', (event) => {
+      if (event.job !== undefined) erred.add(event.job);
+    });
+    await scheduler.start();
+    // One timer for the 300, one for the jittered job, one for the other schedule.
+    expect((scheduler as unknown as { wakeQueue: { size: number } }).wakeQueue.size).toBe(3);
+    // Each tick is each job's own: with no database, each job reports its own failed tick.
+    await clock.advanceTo(Date.UTC(2027, 0, 1, 13, 0, 5));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(erred.size).toBe(302);
+    await scheduler.stop({ timeoutMs: 100 });
+  });
+
   it('1,000 distinct UTC schedules are registered, started and timed without a croner parse', async () => {
     // croner allocates an ~80 KB year table at every parse: 10,000 distinct schedules made 800 MB
     // of garbage at registration, which grew V8's young generation (docs/performance.md).
