@@ -779,36 +779,37 @@ export class Scheduler<Tx> {
 
   /**
    * Fires the ticks of every job not yet timed (one registered while `start()` was announcing
-   * already is) from now on. Jobs without jitter on one schedule, started at one instant, would
-   * have timers that agree in everything: they share one, which fires each job's tick in
-   * registration order, as their own timers did from one queue. 10,000 jobs on one schedule
-   * kept 10,000 timers (~150 bytes each, which V8 counted twice as young-generation survivors).
-   * A jittered job draws its own jitter at each tick, so it keeps a timer of its own.
+   * already is) from now on. Jobs without jitter on one schedule, registered one after the other
+   * and started at one instant, would have timers that agree in everything: they share one, which
+   * fires each job's tick in registration order, as their own timers did from one queue. 10,000
+   * jobs on one schedule kept 10,000 timers (~150 bytes each, which V8 counted twice as
+   * young-generation survivors). A jittered job draws its own jitter at each tick, and a job alone
+   * in its run (distinct schedules, or schedules registered in turn) keeps a timer of its own; runs
+   * rather than a map by schedule, so that 10,000 distinct schedules build no map at start.
    */
   private scheduleTogether(): void {
     if (this.stopping.signal.aborted) return;
-    // A schedule's one job is kept as itself: distinct schedules make no array each.
-    const together = new Map<CronSchedule, Job<Tx> | Job<Tx>[]>();
+    let run: Job<Tx>[] = [];
+    const flush = (): void => {
+      const [first] = run;
+      if (run.length === 1 && first !== undefined) this.schedule(first);
+      else if (first !== undefined) {
+        const timer = new TickTimer(first.cron, this.togetherOptions, run as readonly Job<Tx>[]);
+        for (const job of run) job.timer = timer;
+        timer.start();
+      }
+      run = [];
+    };
     for (const job of this.jobs.values()) {
       if (job.timer !== undefined) continue;
       if (job.settings.jitterMs !== 0) {
         this.schedule(job);
         continue;
       }
-      const others = together.get(job.cron);
-      if (others === undefined) together.set(job.cron, job);
-      else if (Array.isArray(others)) others.push(job);
-      else together.set(job.cron, [others, job]);
+      if (run.length > 0 && run[0]?.cron !== job.cron) flush();
+      run.push(job);
     }
-    for (const [cron, jobs] of together) {
-      if (!Array.isArray(jobs)) {
-        this.schedule(jobs);
-        continue;
-      }
-      const timer = new TickTimer(cron, this.togetherOptions, jobs as readonly Job<Tx>[]);
-      for (const job of jobs) job.timer = timer;
-      timer.start();
-    }
+    flush();
   }
 
   /** The tick timers' options for a jitter: one object for all the jobs with that jitter. */
