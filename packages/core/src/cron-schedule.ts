@@ -5,6 +5,7 @@
  * @packageDocumentation
  */
 import { Cron, type CronOptions } from 'croner';
+import { CronMask } from './cron-mask.js';
 import { shareCronTables } from './cron-tables.js';
 import { LockkitError } from './errors.js';
 
@@ -75,8 +76,17 @@ export const RECENT_PARSES = 256;
 /** croner's parses of the {@link RECENT_PARSES} schedules asked last, oldest first. */
 const recent = new Map<CronSchedule, Cron>();
 
+/** How many times this process has had croner parse an expression: for tests and probes. */
+let cronerParses = 0;
+
+/** How many croner parses this process has made so far (see {@link CronMask}): for tests and probes. */
+export function cronerParseCount(): number {
+  return cronerParses;
+}
+
 /** croner's parse of `expression`, its field tables replaced by the shared ones. */
 function parse(expression: string, settings: CronOptions): Cron {
+  cronerParses++;
   const parsed = new Cron(expression, settings);
   shareCronTables(parsed);
   return parsed;
@@ -84,41 +94,53 @@ function parse(expression: string, settings: CronOptions): Cron {
 
 /**
  * A parsed schedule as the scheduler holds it, once however many jobs run on it: the expression
- * and how it is read, and its last answer. croner computes every answer; its parse is held only
- * for the schedules asked recently ({@link RECENT_PARSES}) and made again for the others, so that
- * a schedule costs a few dozen bytes, not croner's objects.
+ * and how it is read, and its last answer. A plain expression in UTC (numbers, `*`, ranges, steps,
+ * lists) answers its next tick from its {@link CronMask}, croner's answer by arithmetic, with no
+ * croner parse at all; croner computes every other answer, and its parse is held only for the
+ * schedules asked recently ({@link RECENT_PARSES}) and made again for the others, so that a
+ * schedule costs a few dozen bytes, not croner's objects.
  *
- * It remembers its last answer to `nextRun(after)`: tick T, the first after `after`, is also the
- * first after any instant in [after, T). The 10,000 jobs of one schedule, each asking from a
- * slightly later instant as they are registered and started, then cost one look-up (croner's
- * look-ups in a named zone each format dates through `Intl`).
+ * Read by croner, it remembers its last answer to `nextRun(after)`: tick T, the first after
+ * `after`, is also the first after any instant in [after, T). The 10,000 jobs of one schedule,
+ * each asking from a slightly later instant as they are registered and started, then cost one
+ * look-up (croner's look-ups in a named zone each format dates through `Intl`). Its masks answer
+ * without allocating, so a masked schedule remembers nothing (two boxed numbers less each).
  */
 export class CronSchedule {
-  /** The `after` of the remembered look-up (ms), or NaN when none is. */
-  private askedAfter = Number.NaN;
-  /** Its answer (ms), or NaN when the schedule has no tick after `askedAfter`. */
-  private answer = Number.NaN;
+  /** croner's last answer (ms; NaN for none) and the `after` it was asked from. */
+  private remembered: { readonly after: number; readonly answer: number } | undefined;
 
   /** Use {@link parseSchedule}, which checks the expression and the zone. */
   constructor(
     /** The cron expression, as given. */
     readonly expression: string,
     private readonly settings: CronOptions,
+    /** The expression as bit masks, when it is a plain one read in UTC (see {@link CronMask}). */
+    private readonly mask?: CronMask,
   ) {}
 
   /** The first tick strictly after `after`, or `null` when there is none (croner's answer). */
   nextRun(after: Date): Date | null {
     const from = after.getTime();
-    // Comparisons with NaN are false: nothing remembered, or no tick, asks croner.
-    if (from >= this.askedAfter && from < this.answer) return new Date(this.answer);
+    // The masks count years as Date.UTC does: from 1970 on, croner's answer (cron-mask.test.ts).
+    if (this.mask !== undefined && from >= 0) {
+      const next = this.mask.nextAfter(from);
+      return next === null ? null : new Date(next);
+    }
+    const last = this.remembered;
+    // Comparisons with NaN are false: no tick remembered asks again.
+    if (last !== undefined && from >= last.after && from < last.answer)
+      return new Date(last.answer);
     return this.ask(this.cron(), after);
   }
 
   /** croner's next tick after `after` by `parsed`, remembered. */
   private ask(parsed: Cron, after: Date): Date | null {
     const next = parsed.nextRun(after);
-    this.askedAfter = after.getTime();
-    this.answer = next === null ? Number.NaN : next.getTime();
+    this.remembered = {
+      after: after.getTime(),
+      answer: next === null ? Number.NaN : next.getTime(),
+    };
     return next;
   }
 
@@ -178,11 +200,15 @@ function hold(schedule: CronSchedule, parsed: Cron): void {
 }
 
 /**
- * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC,
- * and answers (and remembers) its first tick after `from`. Its field tables are shared with every
- * other schedule's equal ones (`cron-tables.ts`), and croner's parse is held only while the
- * schedule is among those asked recently, not from this parse on: a distinct schedule costs a few
- * dozen bytes, not croner's ~82 KB, nor its ~600 bytes once tables are shared.
+ * Parses a schedule, paused (the scheduler times its ticks itself), in the given time zone or UTC.
+ * A plain expression in UTC is read into a {@link CronMask} without croner (whose every parse
+ * allocates an ~80 KB year table, garbage at once but 800 MB of it for 10,000 distinct
+ * schedules). Another is parsed by croner, which answers (and remembers) its first tick after
+ * `from` (so an impossible zone throws here), then let go: its field
+ * tables are shared with every other schedule's equal ones (`cron-tables.ts`), and croner's parse
+ * is held only while the schedule is among those asked recently, not from this parse on. A
+ * distinct schedule costs a few dozen bytes, not croner's ~82 KB, nor its ~600 bytes once tables
+ * are shared.
  * @throws croner's error for an invalid expression or time zone (an impossible zone shows only
  * when a tick is computed, which this does once).
  */
@@ -192,6 +218,12 @@ export function parseSchedule(
   from: Date = new Date(),
 ): CronSchedule {
   const settings = cronSettings(options);
+  const timezone = options.timezone ?? DEFAULT_TIMEZONE;
+  if (timezone === 'UTC' || timezone === 'Etc/UTC') {
+    const mask = CronMask.read(cron, options.domAndDow ?? false);
+    // Its look-ups cost no parse: nothing to answer ahead (the caller asks what it needs).
+    if (mask !== undefined) return new CronSchedule(cron, settings, mask);
+  }
   return CronSchedule.firstAsked(cron, settings, parse(cron, settings), from);
 }
 

@@ -7,8 +7,10 @@
 import { describe, expect, it } from 'vitest';
 import { SimulatedClock } from './clock.js';
 import { parseSchedule } from './cron-schedule.js';
+import { jobKey } from './job-name.js';
 import type { LockClient } from './lock.js';
 import { createScheduler } from './scheduler.js';
+import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 
 /** Registration never touches the database: a client with a schema is enough. */
 const locks = { schema: 'lockkit_unused' } as unknown as LockClient<unknown, unknown>;
@@ -72,6 +74,28 @@ describe('register refuses at once, typed', () => {
       expect(() => register(...args)).toThrow(invalid);
     });
   }
+
+  it('two names whose lock keys collide, naming both', () => {
+    // A birthday search over 32-bit key numbers: a colliding pair within ~100,000 names.
+    const seen = new Map<number, string>();
+    let pair: [string, string] | undefined;
+    for (let i = 0; pair === undefined; i++) {
+      const name = `job-${i}`;
+      const id = jobKey(SCHEDULER_NAMESPACE, name).pgLocks.objid;
+      const other = seen.get(id);
+      if (other === undefined) seen.set(id, name);
+      else pair = [other, name];
+    }
+    const s = createScheduler(locks, { clock: at('2027-01-01T00:00:00Z') });
+    s.register('unrelated', '0 0 * * * *', noop);
+    s.register(pair[0], '0 0 * * * *', noop);
+    expect(() => s.register(pair[1], '0 0 * * * *', noop)).toThrow(
+      expect.objectContaining({
+        code: 'OPTION_INVALID',
+        message: expect.stringContaining(`"${pair[1]}" and "${pair[0]}" hash to the same lock key`),
+      }),
+    );
+  });
 
   it('accepts a jitter just below half the smallest gap, and a year still to come', () => {
     const s = createScheduler(locks, { clock: at('2027-01-01T00:00:00Z') });

@@ -55,40 +55,60 @@ export const DEFAULT_MAX_LATE_MS = 60_000;
  * it is due.
  */
 export class TickTimer<S = undefined> implements Sleeper {
-  private readonly clock: Clock;
-  private readonly queue: WakeQueue;
+  /**
+   * The options, read when needed rather than copied into seven fields: a scheduler passes one
+   * options object to all its jobs' timers (a job is the `subject`, given apart).
+   */
+  private readonly options: TickTimerOptions<S>;
   private readonly subject: S;
-  private readonly jitterMs: number;
-  private readonly random: () => number;
-  private readonly maxLateMs: number;
-  private readonly maxStepMs: number;
-  private readonly onTick: (tick: Date, subject: S) => void;
   /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
   private last = 0;
   /**
-   * The scheduled tick waited for, and when it fires (tick + jitter); NaN when none is. Two
-   * fields rather than an object: a scheduler holds one timer a job.
+   * The scheduled tick waited for, NaN when none is, and its jitter: it fires at
+   * `dueTick + dueJitter`. Fields rather than an object, and the jitter a small integer rather
+   * than a second time (a boxed number each): a scheduler holds one timer a job.
    */
   private dueTick = Number.NaN;
-  private dueAt = Number.NaN;
+  private dueJitter = 0;
   private running = false;
   /** {@link Sleeper}'s fields: the queue's, not the timer's. */
   wakeSlot = -1;
   wakeAt = Number.NaN;
   wakeSeq = 0;
 
+  /**
+   * @param subject what the ticks are about, when the options (shared by many timers) do not say:
+   * default `options.subject`.
+   */
   constructor(
     private readonly schedule: TickSchedule,
     options: TickTimerOptions<S>,
+    subject: S = options.subject as S,
   ) {
-    this.clock = options.clock;
-    this.queue = options.queue ?? new WakeQueue(options.clock);
-    this.onTick = options.onTick;
-    this.subject = options.subject as S;
-    this.jitterMs = options.jitterMs ?? 0;
-    this.random = options.random ?? Math.random;
-    this.maxLateMs = options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
-    this.maxStepMs = Math.min(options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
+    // A timer without a queue gets one of its own, in an options object of its own.
+    this.options =
+      options.queue === undefined ? { ...options, queue: new WakeQueue(options.clock) } : options;
+    this.subject = subject;
+  }
+
+  private get queue(): WakeQueue {
+    return this.options.queue as WakeQueue;
+  }
+
+  private get clock(): Clock {
+    return this.options.clock;
+  }
+
+  private get jitterMs(): number {
+    return this.options.jitterMs ?? 0;
+  }
+
+  private get maxLateMs(): number {
+    return this.options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
+  }
+
+  private get maxStepMs(): number {
+    return Math.min(this.options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
   }
 
   /** The scheduled tick the timer is waiting for, if any. */
@@ -107,7 +127,6 @@ export class TickTimer<S = undefined> implements Sleeper {
     this.running = true;
     this.last = this.clock.now() - this.jitterMs;
     this.dueTick = Number.NaN;
-    this.dueAt = Number.NaN;
     this.arm();
   }
 
@@ -116,7 +135,6 @@ export class TickTimer<S = undefined> implements Sleeper {
     this.running = false;
     this.queue.remove(this);
     this.dueTick = Number.NaN;
-    this.dueAt = Number.NaN;
   }
 
   /** For the queue: the wait is over, the clock is read again. */
@@ -133,11 +151,12 @@ export class TickTimer<S = undefined> implements Sleeper {
         const next = this.schedule.nextRun(new Date(from));
         if (next === null) return; // the schedule has no more ticks
         const tick = next.getTime();
-        const jitter = this.jitterMs > 0 ? Math.floor(this.random() * this.jitterMs) : 0;
+        const random = this.options.random ?? Math.random;
+        const jitter = this.jitterMs > 0 ? Math.floor(random() * this.jitterMs) : 0;
         this.dueTick = tick;
-        this.dueAt = tick + jitter;
+        this.dueJitter = jitter;
       }
-      const wait = this.dueAt - now;
+      const wait = this.dueTick + this.dueJitter - now;
       if (wait > 0) {
         // Capped step; on waking, the clock is read again.
         this.queue.add(this, now + Math.min(wait, this.maxStepMs));
@@ -145,10 +164,9 @@ export class TickTimer<S = undefined> implements Sleeper {
       }
       const tick = this.dueTick;
       this.dueTick = Number.NaN;
-      this.dueAt = Number.NaN;
       if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
       this.last = tick;
-      this.onTick(new Date(tick), this.subject);
+      this.options.onTick(new Date(tick), this.subject);
     }
   }
 }
