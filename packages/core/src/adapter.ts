@@ -23,6 +23,7 @@ export {
   type PgPoolEventsLike,
   slotOf,
 } from './connection-slots.js';
+export { retryDeadStart } from './dead-start.js';
 export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
 export { inTransactionBlock, inTransactionFrom, type ReadyStatusSource } from './ready-status.js';

@@ -35,6 +35,7 @@ import {
   isConnectionLoss,
   NestedCallGuard,
   type PgEventSourceLike,
+  retryDeadStart,
   sendCancelRequest,
   slotOf,
   TaskFailure,
@@ -370,7 +371,11 @@ export function typeormExecutor(
     name,
     transactionPooler: options.transactionPooler === true,
     singleConnection: alone,
-    transaction,
+    // A connection whose backend was terminated a moment ago is lent as live until pg reads the
+    // goodbye, and START TRANSACTION fails on it; done() closes it, so the pool discards it, and
+    // the call begins again on another.
+    transaction: <T>(fn: (ctx: TransactionContext<EntityManager>) => Promise<T>) =>
+      retryDeadStart(transaction, fn),
     session,
   });
 }
