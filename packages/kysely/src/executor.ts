@@ -18,6 +18,7 @@ import {
   BackendWatch,
   ConnectionFate,
   END_OWN_BACKEND,
+  endOnLoss,
   FateTransactionContext,
   guardCheckouts,
   inTransactionFrom,
@@ -146,27 +147,6 @@ function closedOf(client: KyselyPgClientLike): Promise<void> {
       resolve();
     });
   });
-}
-
-/**
- * Ends `client` as soon as one of its queries fails with a lost connection. The server's FATAL
- * (a terminated backend) reaches the query before the socket closes; Kysely gives the connection
- * back at once (a failed BEGIN never reaches lockkit's code), and the pool would lend it, still
- * looking live, to the next caller, whose first statement then fails. Ending it marks it so that
- * the pool discards it on return. Not awaited: a silent network may never answer the goodbye.
- */
-function endOnLoss(client: KyselyPgClientLike): void {
-  const query = client.query;
-  if (typeof query !== 'function' || typeof client.end !== 'function') return;
-  const end = client.end.bind(client);
-  client.query = function (this: unknown, ...args: unknown[]): unknown {
-    const result = query.apply(this, args);
-    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function')
-      (result as PromiseLike<unknown>).then(undefined, (error: unknown) => {
-        if (isConnectionLoss(error)) void end().catch(() => {});
-      });
-    return result;
-  };
 }
 
 /**

@@ -5,9 +5,9 @@
  */
 import { LockKey, TransactionExpiredError, UnsupportedCapabilityError } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startHeldGoodbyeProxy } from './held-goodbye-proxy.js';
 import { prismaInstance } from './instances.js';
 
 let admin: pg.Client;
@@ -114,7 +114,7 @@ describe('@lockkit/prisma', () => {
     expect(first.executed).toBe(true);
     const dead = first.executed ? first.result : undefined;
     const { clientSpoke } = proxy.hold();
-    await admin.query('SELECT pg_terminate_backend($1, 5000)', [dead]);
+    await proxy.terminateBackends((text, params) => admin.query(text, params));
     const next = locks.runExclusiveJob('prisma-test', 'dead-start', backend);
     await clientSpoke;
     proxy.release();

@@ -30,6 +30,7 @@ import {
 } from '@lockkit/core';
 import {
   ConnectionFate,
+  endOnLoss,
   FateTransactionContext,
   inTransactionFrom,
   isConnectionLoss,
@@ -176,6 +177,10 @@ export function typeormExecutor(
         `The ${name} executor's DataSource handed out a connection still inside a transaction (a QueryRunner was released without COMMIT or ROLLBACK): lockkit closed it, which rolled that transaction back, and ran nothing. Retrying gets a fresh connection.`,
       );
     }
+    // A lost connection (its backend terminated, its link cut) may not have seen its socket close
+    // yet when TypeORM gives it back: the pool would keep it as live and lend it to the next
+    // caller. Ended at the failure instead, whichever statement failed (TypeORM's own included).
+    endOnLoss(pinned);
     const fate = new ConnectionFate();
     // lockkit's 'error'/'end' listeners stay on the connection for its life (TypeORM's own
     // 'error' listener hands a broken connection back to the pool as broken).
@@ -234,12 +239,8 @@ export function typeormExecutor(
         // Closed before it goes back, so the pool removes it instead of lending it again; and
         // closed in full before the caller hears back, so its session state (a lock it took on
         // the side, say) is gone by then.
+        // (A lost connection was ended when its statement failed: see endOnLoss in lease().)
         if ((drop || dirty) && ours && !fate.aborted) await pinned.end().catch(() => {});
-        // A lost connection (its backend terminated, its link cut) may not have seen its socket
-        // close yet: the pool would take it back as live and lend it to the next caller, whose
-        // first statement then fails. end() marks it ending at once, so the pool discards it;
-        // not awaited, since a silent network may never answer the goodbye.
-        else if (fate.aborted && isConnectionLoss(fate.reason)) void pinned.end().catch(() => {});
         await runnerRelease();
       },
     };

@@ -17,6 +17,12 @@ export interface HeldGoodbyeProxy {
   hold(): { readonly clientSpoke: Promise<void> };
   /** Passes on what was held, then the closes, and stops holding. */
   release(): void;
+  /**
+   * Terminates the backends of every connection through the proxy, from another connection
+   * (`query`, e.g. a `pg.Client`'s), and resolves once they have exited (`pg_terminate_backend`
+   * with a timeout waits for that).
+   */
+  terminateBackends(query: (text: string, params: unknown[]) => Promise<unknown>): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -24,11 +30,19 @@ export interface HeldGoodbyeProxy {
 export async function startHeldGoodbyeProxy(target: string): Promise<HeldGoodbyeProxy> {
   const upstream = new URL(target);
   const sockets = new Set<Socket>();
+  // The local ports of the proxy's own connections to the server: `client_port` there.
+  const upstreamPorts = new Set<number>();
   // While held: what each connection's server sent, and whether it hung up.
   let held: { spoke: () => void; flushers: (() => void)[] } | undefined;
   const server: Server = createServer((client) => {
     const db = tcpConnect(Number(upstream.port || 5432), upstream.hostname);
     sockets.add(client).add(db);
+    db.on('connect', () => {
+      const port = db.localPort;
+      if (port === undefined) return;
+      upstreamPorts.add(port);
+      db.on('close', () => upstreamPorts.delete(port));
+    });
     client.on('error', () => db.destroy());
     db.on('error', () => {});
     client.on('close', () => db.destroy());
@@ -76,6 +90,12 @@ export async function startHeldGoodbyeProxy(target: string): Promise<HeldGoodbye
       const flushers = held?.flushers ?? [];
       held = undefined;
       for (const flush of flushers) flush();
+    },
+    terminateBackends: async (query) => {
+      await query(
+        'SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE client_port = ANY($1::int[])',
+        [[...upstreamPorts]],
+      );
     },
     close: async () => {
       for (const socket of sockets) socket.destroy();
