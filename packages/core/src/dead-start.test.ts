@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { retryDeadStart } from './dead-start.js';
+import { ConnectionLostError } from './errors.js';
 
 const withCode = (code: string) => Object.assign(new Error(`failed: ${code}`), { code });
 
@@ -34,8 +35,14 @@ describe('retryDeadStart', () => {
     expect(b.attempts()).toBe(1);
   });
 
-  it('passes on a failure that is not a lost connection, and a connection that never came', async () => {
-    for (const error of [withCode('42P01'), withCode('ECONNREFUSED'), withCode('ETIMEDOUT')]) {
+  it("passes on a failure that is not a lost connection, a connection that never came, and lockkit's own verdict", async () => {
+    const refused = new ConnectionLostError('the adapter refused the connection it was lent');
+    for (const error of [
+      withCode('42P01'),
+      withCode('ECONNREFUSED'),
+      withCode('ETIMEDOUT'),
+      refused,
+    ]) {
       const b = beginning([{ error }]);
       await expect(retryDeadStart(b.begin, async (ctx) => ctx)).rejects.toBe(error);
       expect(b.attempts(), error.message).toBe(1);

@@ -9,6 +9,7 @@
  * @packageDocumentation
  */
 import { isConnectionLoss } from './connection-loss.js';
+import { isLockkitError } from './errors.js';
 import { sqlState } from './postgres-errors.js';
 
 /**
@@ -71,7 +72,9 @@ export async function retryDeadStart<C, T>(
   try {
     return await begin(enter);
   } catch (error) {
-    if (entered || !isConnectionLoss(error) || neverConnected(error)) throw error;
+    // lockkit's own verdicts (an adapter's refusal of a connection, say) are the caller's to hear.
+    if (entered || isLockkitError(error) || !isConnectionLoss(error) || neverConnected(error))
+      throw error;
     return begin(enter);
   }
 }
