@@ -11,12 +11,14 @@ import {
   type QueryFn,
   type Row,
   type SessionContext,
+  type TransactionContext,
 } from '@lockkit/core';
 import {
   BACKEND_PID,
   BackendWatch,
   ConnectionFate,
   END_OWN_BACKEND,
+  endOnLoss,
   FateTransactionContext,
   guardCheckouts,
   inTransactionFrom,
@@ -24,6 +26,7 @@ import {
   NestedCallGuard,
   type PgEventSourceLike,
   RESET_AUTHORIZATION,
+  retryDeadStart,
   SESSION_RESET,
   sendCancelRequest,
   slotOf,
@@ -147,27 +150,6 @@ function closedOf(client: KyselyPgClientLike): Promise<void> {
 }
 
 /**
- * Ends `client` as soon as one of its queries fails with a lost connection. The server's FATAL
- * (a terminated backend) reaches the query before the socket closes; Kysely gives the connection
- * back at once (a failed BEGIN never reaches lockkit's code), and the pool would lend it, still
- * looking live, to the next caller, whose first statement then fails. Ending it marks it so that
- * the pool discards it on return. Not awaited: a silent network may never answer the goodbye.
- */
-function endOnLoss(client: KyselyPgClientLike): void {
-  const query = client.query;
-  if (typeof query !== 'function' || typeof client.end !== 'function') return;
-  const end = client.end.bind(client);
-  client.query = function (this: unknown, ...args: unknown[]): unknown {
-    const result = query.apply(this, args);
-    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function')
-      (result as PromiseLike<unknown>).then(undefined, (error: unknown) => {
-        if (isConnectionLoss(error)) void end().catch(() => {});
-      });
-    return result;
-  };
-}
-
-/**
  * Makes the pool close `client` when Kysely gives it back: pg-pool sets `release` at each checkout,
  * and Kysely calls it without an error when it is done.
  */
@@ -230,44 +212,50 @@ export function kyselyExecutor<DB>(
   const watched = (pid: unknown, fate: ConnectionFate): (() => void) =>
     watch.add({ pid: Number(pid), fate });
 
+  /** One transaction on a connection Kysely takes from its pool. */
+  function begin<T>(fn: (ctx: TransactionContext<Transaction<DB>>) => Promise<T>): Promise<T> {
+    nested.check();
+    const fate = new ConnectionFate();
+    let running: Promise<unknown> | undefined;
+    let unwatch: (() => void) | undefined;
+    return db
+      .transaction()
+      .execute(async (trx) => {
+        const send = sender(trx as unknown as Kysely<never>, fate);
+        // The backend to watch: core's opening statements report it (they start with
+        // BACKEND_PID), which saves a round trip; after any other first statement, ask.
+        const query: QueryFn = async (text, params) => {
+          const rows = await send(text, params);
+          if (unwatch === undefined) {
+            const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
+            unwatch = watched(reported[0]?.pid, fate);
+          }
+          return rows;
+        };
+        const ctx = new FateTransactionContext(query, trx, fate);
+        const interrupt = singleConnection ? interrupter(lent) : undefined;
+        if (interrupt) ctx.interrupt = interrupt;
+        const task = nested.run(() => fn(ctx));
+        running = task;
+        return task;
+      })
+      .catch(async (error: unknown) => {
+        if (isConnectionLoss(error)) fate.abort(error);
+        // Kysely rejects once its COMMIT or ROLLBACK failed: let the task finish first.
+        if (running) await running.catch(() => {});
+        throw error;
+      })
+      .finally(() => unwatch?.());
+  }
+
   const executor: LockExecutor<Transaction<DB>, Kysely<DB>> = {
     name,
     transactionPooler: options.transactionPooler === true,
     singleConnection,
-    transaction(fn) {
-      nested.check();
-      const fate = new ConnectionFate();
-      let running: Promise<unknown> | undefined;
-      let unwatch: (() => void) | undefined;
-      return db
-        .transaction()
-        .execute(async (trx) => {
-          const send = sender(trx as unknown as Kysely<never>, fate);
-          // The backend to watch: core's opening statements report it (they start with
-          // BACKEND_PID), which saves a round trip; after any other first statement, ask.
-          const query: QueryFn = async (text, params) => {
-            const rows = await send(text, params);
-            if (unwatch === undefined) {
-              const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-              unwatch = watched(reported[0]?.pid, fate);
-            }
-            return rows;
-          };
-          const ctx = new FateTransactionContext(query, trx, fate);
-          const interrupt = singleConnection ? interrupter(lent) : undefined;
-          if (interrupt) ctx.interrupt = interrupt;
-          const task = nested.run(() => fn(ctx));
-          running = task;
-          return task;
-        })
-        .catch(async (error: unknown) => {
-          if (isConnectionLoss(error)) fate.abort(error);
-          // Kysely rejects once its COMMIT or ROLLBACK failed: let the task finish first.
-          if (running) await running.catch(() => {});
-          throw error;
-        })
-        .finally(() => unwatch?.());
-    },
+    // A connection whose backend was terminated a moment ago is lent as live until pg reads the
+    // goodbye, and Kysely's BEGIN fails on it; the pool discards it (ended by endOnLoss, or no
+    // longer queryable), and the call begins again on another.
+    transaction: (fn) => retryDeadStart(begin, fn),
     session<T>(fn: (ctx: SessionContext<Kysely<DB>>) => Promise<T>): Promise<T> {
       nested.check();
       if (pool === undefined && options.transactionPooler !== false) {

@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { type LockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -152,5 +153,31 @@ describe('@lockkit/kysely', () => {
     const after = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(instance.db);
     expect(r.result).toBe(before.rows[0]?.pid);
     expect(after.rows[0]?.pid).not.toBe(r.result);
+  });
+  it('runs the next call on a fresh connection when the pooled one lost its backend a moment ago, before the pool saw it close', async () => {
+    // The pool of one holds a connection whose backend is terminated while the proxy holds back
+    // the server's FATAL and hang-up: the pool lends it as live, Kysely's BEGIN goes nowhere, and
+    // only then does the client hear. Nothing of the call had reached the server: it begins again.
+    const proxy = await startHeldGoodbyeProxy(testDatabaseUrl());
+    closers.push(proxy.close);
+    const instance = kyselyInstance(proxy.url, 1);
+    closers.push(instance.close);
+    const locks = createLockKit(instance.db, { pool: instance.pool });
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    closers.push(() => admin.end());
+    const backend = async (trx: Kysely<TestDatabase>) =>
+      (await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)).rows[0]?.pid;
+    const first = await locks.runExclusiveJob('kysely-test', 'dead-start', backend);
+    expect(first.executed).toBe(true);
+    const { clientSpoke } = proxy.hold();
+    await proxy.terminateBackends((text, params) => admin.query(text, params));
+    const next = locks.runExclusiveJob('kysely-test', 'dead-start', backend);
+    await clientSpoke;
+    proxy.release();
+    const outcome = await next.catch((error: unknown) => error);
+    expect(outcome).toMatchObject({ executed: true });
+    expect((outcome as { result: number }).result).not.toBe(first.executed && first.result);
+    expect(instance.checkedOut()).toBe(0);
   });
 });

@@ -3,13 +3,19 @@
  * lockkit's statements through `tx.$queryRawUnsafe` with positional parameters. Prisma can pin no
  * connection, so there is no session capability.
  */
-import { type LockExecutor, type Row, TransactionExpiredError } from '@lockkit/core';
+import {
+  type LockExecutor,
+  type Row,
+  type TransactionContext,
+  TransactionExpiredError,
+} from '@lockkit/core';
 import {
   BACKEND_PID,
   BackendWatch,
   ConnectionFate,
   FateTransactionContext,
   isConnectionLoss,
+  retryDeadStart,
 } from '@lockkit/core/adapter';
 
 /** Prisma's interactive-transaction limits. */
@@ -102,65 +108,70 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
   const watch = new BackendWatch((text, params) => prisma.$queryRawUnsafe(text, ...params), {
     intervalMs: options.livenessCheckMs ?? 1000,
   });
+  async function begin<T>(fn: (ctx: TransactionContext<Tx>) => Promise<T>): Promise<T> {
+    const fate = new ConnectionFate();
+    let running: Promise<unknown> | undefined;
+    let unwatch: (() => void) | undefined;
+    let expiryTimer: NodeJS.Timeout | undefined;
+    try {
+      return await prisma.$transaction(async (tx) => {
+        // Prisma rolls the transaction back when its timeout passes, whatever the callback does:
+        // the lock is gone then, so the task must hear of it. Counted from here, after Prisma's
+        // own clock started, so it never fires before Prisma has really expired it.
+        expiryTimer = setTimeout(
+          () =>
+            fate.abort(
+              expiry(Object.assign(new Error('Transaction expired'), { code: 'P2028' }), limits),
+            ),
+          limits.timeout,
+        );
+        expiryTimer.unref();
+        const send = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
+          if (fate.aborted) throw fate.reason;
+          try {
+            return await tx.$queryRawUnsafe<Row[]>(text, ...(params ?? []));
+          } catch (error) {
+            const expired = expiry(error, limits);
+            if (expired) fate.abort(expired);
+            else if (isConnectionLoss(error)) fate.abort(error);
+            throw expired ?? error;
+          }
+        };
+        // The backend to watch: core's opening statements report it (they start with
+        // BACKEND_PID), which saves a round trip; after any other first statement, ask.
+        let watching = false;
+        const query = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
+          const rows = await send(text, params);
+          if (!watching) {
+            watching = true;
+            const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
+            unwatch = watch.add({ pid: Number(reported[0]?.pid), fate });
+          }
+          return rows;
+        };
+        const task = fn(new FateTransactionContext(query, tx, fate));
+        running = task;
+        return await task;
+      }, limits);
+    } catch (error) {
+      const expired = expiry(error, limits);
+      if (expired && !fate.aborted) fate.abort(expired);
+      if (running) await running.catch(() => {});
+      throw fate.aborted && fate.reason instanceof TransactionExpiredError
+        ? fate.reason
+        : (expired ?? error);
+    } finally {
+      clearTimeout(expiryTimer);
+      unwatch?.();
+    }
+  }
   const executor: LockExecutor<Tx, never> = {
     name: options.name ?? 'prisma',
     transactionPooler: options.transactionPooler === true,
-    async transaction(fn) {
-      const fate = new ConnectionFate();
-      let running: Promise<unknown> | undefined;
-      let unwatch: (() => void) | undefined;
-      let expiryTimer: NodeJS.Timeout | undefined;
-      try {
-        return await prisma.$transaction(async (tx) => {
-          // Prisma rolls the transaction back when its timeout passes, whatever the callback does:
-          // the lock is gone then, so the task must hear of it. Counted from here, after Prisma's
-          // own clock started, so it never fires before Prisma has really expired it.
-          expiryTimer = setTimeout(
-            () =>
-              fate.abort(
-                expiry(Object.assign(new Error('Transaction expired'), { code: 'P2028' }), limits),
-              ),
-            limits.timeout,
-          );
-          expiryTimer.unref();
-          const send = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
-            if (fate.aborted) throw fate.reason;
-            try {
-              return await tx.$queryRawUnsafe<Row[]>(text, ...(params ?? []));
-            } catch (error) {
-              const expired = expiry(error, limits);
-              if (expired) fate.abort(expired);
-              else if (isConnectionLoss(error)) fate.abort(error);
-              throw expired ?? error;
-            }
-          };
-          // The backend to watch: core's opening statements report it (they start with
-          // BACKEND_PID), which saves a round trip; after any other first statement, ask.
-          let watching = false;
-          const query = async (text: string, params?: readonly unknown[]): Promise<Row[]> => {
-            const rows = await send(text, params);
-            if (!watching) {
-              watching = true;
-              const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-              unwatch = watch.add({ pid: Number(reported[0]?.pid), fate });
-            }
-            return rows;
-          };
-          running = fn(new FateTransactionContext(query, tx, fate));
-          return (await running) as never;
-        }, limits);
-      } catch (error) {
-        const expired = expiry(error, limits);
-        if (expired && !fate.aborted) fate.abort(expired);
-        if (running) await running.catch(() => {});
-        throw fate.aborted && fate.reason instanceof TransactionExpiredError
-          ? fate.reason
-          : (expired ?? error);
-      } finally {
-        clearTimeout(expiryTimer);
-        unwatch?.();
-      }
-    },
+    // A connection whose backend was terminated a moment ago is lent as live until adapter-pg's
+    // client reads the goodbye, and its BEGIN fails; adapter-pg then releases it with the error,
+    // so its pool discards it, and the call begins again on another.
+    transaction: (fn) => retryDeadStart(begin, fn),
   };
   return Object.freeze(executor);
 }

@@ -5,6 +5,7 @@
  */
 import { LockKey, TransactionExpiredError, UnsupportedCapabilityError } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { prismaInstance } from './instances.js';
@@ -97,5 +98,29 @@ describe('@lockkit/prisma', () => {
       [`${number}%`],
     );
     expect(rows).toEqual([{ number }]);
+  });
+  it('runs the next call on a fresh connection when the pooled one lost its backend a moment ago, before the pool saw it close', async () => {
+    // The pool of one holds a connection whose backend is terminated while the proxy holds back
+    // the server's FATAL and hang-up: the pool lends it as live, its BEGIN goes nowhere, and only
+    // then does the client hear. Nothing of the call had reached the server, so it starts again.
+    const proxy = await startHeldGoodbyeProxy(testDatabaseUrl());
+    instances.push(proxy);
+    const i = prismaInstance(proxy.url, 1);
+    instances.push(i);
+    const locks = i.locks();
+    const backend = async (tx: { $queryRawUnsafe<T>(q: string): Promise<T> }) =>
+      (await tx.$queryRawUnsafe<{ pid: number }[]>('SELECT pg_backend_pid() AS pid'))[0]?.pid;
+    const first = await locks.runExclusiveJob('prisma-test', 'dead-start', backend);
+    expect(first.executed).toBe(true);
+    const dead = first.executed ? first.result : undefined;
+    const { clientSpoke } = proxy.hold();
+    await proxy.terminateBackends((text, params) => admin.query(text, params));
+    const next = locks.runExclusiveJob('prisma-test', 'dead-start', backend);
+    await clientSpoke;
+    proxy.release();
+    const outcome = await next.catch((error: unknown) => error);
+    expect(outcome).toMatchObject({ executed: true });
+    expect((outcome as { result: number }).result).not.toBe(dead);
+    expect(i.checkedOut()).toBe(0);
   });
 });

@@ -30,11 +30,13 @@ import {
 } from '@lockkit/core';
 import {
   ConnectionFate,
+  endOnLoss,
   FateTransactionContext,
   inTransactionFrom,
   isConnectionLoss,
   NestedCallGuard,
   type PgEventSourceLike,
+  retryDeadStart,
   sendCancelRequest,
   slotOf,
   TaskFailure,
@@ -175,6 +177,10 @@ export function typeormExecutor(
         `The ${name} executor's DataSource handed out a connection still inside a transaction (a QueryRunner was released without COMMIT or ROLLBACK): lockkit closed it, which rolled that transaction back, and ran nothing. Retrying gets a fresh connection.`,
       );
     }
+    // A lost connection (its backend terminated, its link cut) may not have seen its socket close
+    // yet when TypeORM gives it back: the pool would keep it as live and lend it to the next
+    // caller. Ended at the failure instead, whichever statement failed (TypeORM's own included).
+    endOnLoss(pinned);
     const fate = new ConnectionFate();
     // lockkit's 'error'/'end' listeners stay on the connection for its life (TypeORM's own
     // 'error' listener hands a broken connection back to the pool as broken).
@@ -233,12 +239,8 @@ export function typeormExecutor(
         // Closed before it goes back, so the pool removes it instead of lending it again; and
         // closed in full before the caller hears back, so its session state (a lock it took on
         // the side, say) is gone by then.
+        // (A lost connection was ended when its statement failed: see endOnLoss in lease().)
         if ((drop || dirty) && ours && !fate.aborted) await pinned.end().catch(() => {});
-        // A lost connection (its backend terminated, its link cut) may not have seen its socket
-        // close yet: the pool would take it back as live and lend it to the next caller, whose
-        // first statement then fails. end() marks it ending at once, so the pool discards it;
-        // not awaited, since a silent network may never answer the goodbye.
-        else if (fate.aborted && isConnectionLoss(fate.reason)) void pinned.end().catch(() => {});
         await runnerRelease();
       },
     };
@@ -370,7 +372,11 @@ export function typeormExecutor(
     name,
     transactionPooler: options.transactionPooler === true,
     singleConnection: alone,
-    transaction,
+    // A connection whose backend was terminated a moment ago is lent as live until pg reads the
+    // goodbye, and START TRANSACTION fails on it; done() closes it, so the pool discards it, and
+    // the call begins again on another.
+    transaction: <T>(fn: (ctx: TransactionContext<EntityManager>) => Promise<T>) =>
+      retryDeadStart(transaction, fn),
     session,
   });
 }

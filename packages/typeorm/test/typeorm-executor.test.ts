@@ -7,7 +7,13 @@
 import { randomBytes } from 'node:crypto';
 import { isLockkitError, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
-import { DataSource, type EntitySubscriberInterface, type TransactionCommitEvent } from 'typeorm';
+import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
+import {
+  DataSource,
+  type EntityManager,
+  type EntitySubscriberInterface,
+  type TransactionCommitEvent,
+} from 'typeorm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLockKit, typeormExecutor } from '../src/index.js';
 
@@ -134,5 +140,30 @@ describe('the TypeORM executor', () => {
     expect(typeormExecutor(one).singleConnection).toBe(true);
     expect(typeormExecutor(extra).singleConnection).toBe(true);
     expect(typeormExecutor(many).singleConnection).toBe(false);
+  });
+  it('runs the next call on a fresh connection when the pooled one lost its backend a moment ago, before the pool saw it close', async () => {
+    // The pool of one holds a connection whose backend is terminated while the proxy holds back
+    // the server's FATAL and hang-up: the pool lends it as live, START TRANSACTION goes nowhere,
+    // and only then does the client hear. Nothing of the call had reached the server: it begins
+    // again.
+    const proxy = await startHeldGoodbyeProxy(testDatabaseUrl());
+    closers.push(proxy.close);
+    const ds = new DataSource({ type: 'postgres', url: proxy.url, poolSize: 1 });
+    await ds.initialize();
+    closers.push(() => ds.destroy());
+    const admin = await dataSource();
+    const locks = createLockKit(ds);
+    const backend = async (manager: EntityManager) =>
+      ((await manager.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[])[0]?.pid;
+    const first = await locks.runExclusiveJob('typeorm-test', 'dead-start', backend);
+    expect(first.executed).toBe(true);
+    const { clientSpoke } = proxy.hold();
+    await proxy.terminateBackends((text, params) => admin.query(text, params));
+    const next = locks.runExclusiveJob('typeorm-test', 'dead-start', backend);
+    await clientSpoke;
+    proxy.release();
+    const outcome = await next.catch((error: unknown) => error);
+    expect(outcome).toMatchObject({ executed: true });
+    expect((outcome as { result: number }).result).not.toBe(first.executed && first.result);
   });
 });
