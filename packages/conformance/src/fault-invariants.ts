@@ -71,16 +71,9 @@ export function judgeTruth(outcome: Settled, committed: boolean, rules: TruthRul
 }
 
 /**
- * How often {@link judgeLeftovers} looks again. Short: what is freed a moment after a call is
- * freed within a millisecond or two, and the fault-point groups judge hundreds of calls a pass.
- */
-const LEFTOVER_POLL_MS = 2;
-
-/**
- * Checks what a settled call left behind, waiting (by polling the catalog every
- * {@link LEFTOVER_POLL_MS}, bounded) for what Postgres and the pool free a moment after the call:
- * no advisory lock held or awaited by the test's connections, none of them idle in a
- * transaction, none still checked out of the pool.
+ * Checks what a settled call left behind, waiting (by polling the catalog, bounded) for what
+ * Postgres and the pool free a moment after the call: no advisory lock held or awaited by the
+ * test's connections, none of them idle in a transaction, none still checked out of the pool.
  * Returns the violations.
  */
 export async function judgeLeftovers(
@@ -90,38 +83,26 @@ export async function judgeLeftovers(
 ): Promise<string[]> {
   const violations: string[] = [];
   let checkedOut = 0;
-  const returned = await observer.until(
-    async () => {
-      checkedOut = (await instance.checkedOut?.()) ?? 0;
-      return checkedOut === 0;
-    },
-    2000,
-    LEFTOVER_POLL_MS,
-  );
+  const returned = await observer.until(async () => {
+    checkedOut = (await instance.checkedOut?.()) ?? 0;
+    return checkedOut === 0;
+  }, 2000);
   if (!returned) violations.push(`${checkedOut} connection(s) still checked out of the pool`);
   let locks: string[] = [];
-  const freed = await observer.until(
-    async () => {
-      locks = (await observer.locksOf(applicationName)).map(
-        (l) => `${l.key} ${l.mode} granted=${l.granted}`,
-      );
-      return locks.length === 0;
-    },
-    2000,
-    LEFTOVER_POLL_MS,
-  );
+  const freed = await observer.until(async () => {
+    locks = (await observer.locksOf(applicationName)).map(
+      (l) => `${l.key} ${l.mode} granted=${l.granted}`,
+    );
+    return locks.length === 0;
+  }, 2000);
   if (!freed) violations.push(`advisory locks left behind: ${locks.join('; ')}`);
   let busy: string[] = [];
-  const clean = await observer.until(
-    async () => {
-      busy = (await observer.busyConnectionsOf(applicationName)).map(
-        (b) => `pid ${b.pid} ${b.state}: ${b.query}`,
-      );
-      return busy.length === 0;
-    },
-    2000,
-    LEFTOVER_POLL_MS,
-  );
+  const clean = await observer.until(async () => {
+    busy = (await observer.busyConnectionsOf(applicationName)).map(
+      (b) => `pid ${b.pid} ${b.state}: ${b.query}`,
+    );
+    return busy.length === 0;
+  }, 2000);
   if (!clean) violations.push(`connections left inside a transaction: ${busy.join('; ')}`);
   return violations;
 }

@@ -358,30 +358,6 @@ export class Observer {
     await this.query('SELECT pg_terminate_backend($1)', [pid]);
   }
 
-  /**
-   * Terminates every backend tagged `applicationName` and waits until all of them have left
-   * `pg_stat_activity` (they read no statement after that). Returns whether they left within
-   * `ms`. Not `pg_terminate_backend(pid, timeout)`: its wait sleeps in steps of 100 ms, which the
-   * fault-point groups paid once per terminated combination.
-   */
-  async terminateBackendsOf(applicationName: string, ms = 5000): Promise<boolean> {
-    const rows = await this.query<{ pid: number }>(
-      `SELECT pid FROM (SELECT pid, pg_terminate_backend(pid) AS sent FROM pg_stat_activity
-                         WHERE application_name = $1 AND pid <> pg_backend_pid()) t
-        WHERE sent`,
-      [applicationName],
-    );
-    const pids = rows.map((r) => r.pid);
-    if (pids.length === 0) return true;
-    return this.until(
-      async () =>
-        (await this.query('SELECT 1 FROM pg_stat_activity WHERE pid = ANY($1::int[])', [pids]))
-          .length === 0,
-      ms,
-      1,
-    );
-  }
-
   /** Polls every `pollMs` until `check` holds or `ms` pass; returns whether it held. */
   async until(check: () => Promise<boolean>, ms = 5000, pollMs = 20): Promise<boolean> {
     const deadline = Date.now() + ms;
