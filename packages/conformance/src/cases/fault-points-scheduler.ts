@@ -389,6 +389,10 @@ async function searchFaultPoints<Tx, Session>(
     [],
   );
   expect(recorded.length, 'statements recorded').toBeGreaterThan(0);
+  if (process.env.LOCKKIT_TEST_FAULT_TRACE === '1')
+    console.log(
+      `[lockkit fault points] ${operation} / ${fault.id} recorded:\n${recorded.map((t, i) => `  ${i}: ${head(t)}`).join('\n')}`,
+    );
 
   const only = boundaryFromEnv();
   const violations: string[] = [];
@@ -462,7 +466,15 @@ async function searchFaultPoints<Tx, Session>(
     combinations++;
     if (!settled) {
       // A run that never settles holds the pool's only connection: later boundaries would wedge.
-      violations.push(`${point}: the run did not settle within ${WATCHDOG_MS} ms`);
+      violations.push(
+        ...[`the run did not settle within ${WATCHDOG_MS} ms`, ...found].map(
+          (v) => `${point}: ${v}`,
+        ),
+      );
+      // Its transaction may still hold locks on the schema's tables: every link through the proxy
+      // is cut, so that the server ends it and the schema can be dropped (else the drop waits on
+      // it until the test's timeout, and the fixture's checks queue behind the drop).
+      await proxy.close();
       break;
     }
     found.push(...(await step('judging the run', r.judgeRun(fault))));
