@@ -28,10 +28,6 @@ runConformance(
     createInstance: ({ url, poolSize, transactionPooler }) =>
       kyselyInstance(url, poolSize, transactionPooler, false),
     nativeQuery: (trx, text) => sql.raw(text).execute(trx),
-    expectedFailures: {
-      'dead-start.terminated.with-session-lock':
-        "known defect: without the pool, lockkit cannot end a connection whose backend said goodbye (FATAL 57P01): Kysely gives it back to the pool before node-postgres has read the hang-up, and the next call's session is lent it (its first statement fails 'Connection terminated unexpectedly')",
-    },
     disable: {
       'truth.pool-of-one-abort':
         'without the pool, lockkit cannot reach the pg connection to send the protocol cancel, and a pool of one has no second connection to cancel from',
