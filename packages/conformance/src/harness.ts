@@ -18,6 +18,24 @@ export type FaultProtocolId =
   | 'run-with-lease';
 
 /**
+ * The lock protocols the dead-start group runs on a pooled connection whose far side just hung up
+ * (see `cases/dead-start.ts`).
+ */
+export type DeadStartProtocolId =
+  | 'run-exclusive-job'
+  | 'with-lock-try'
+  | 'with-lock-wait'
+  | 'with-session-lock'
+  | 'run-with-lease';
+
+/**
+ * Where the dead-start group runs, and what hangs up: `terminated`, straight at PostgreSQL, a
+ * backend terminated; `pooler-hung-up`, through a transaction-mode PgBouncer, PgBouncer's end of
+ * the client link.
+ */
+export type DeadStartPath = 'terminated' | 'pooler-hung-up';
+
+/**
  * The scheduler and schema operations the fault-point group searches (see
  * `cases/fault-points-scheduler.ts`): one tick in transaction mode, one in lease mode, a tick that
  * catches up ticks nobody ran, and `migrate()` on a fresh schema.
@@ -40,6 +58,7 @@ export type FaultKind = 'drop-before' | 'drop-after' | 'late-reply' | 'terminate
 export type ConformanceCaseId =
   | `faults.${FaultProtocolId}.${FaultKind}`
   | `faults.${SchedulerFaultOperationId}.${FaultKind}`
+  | `dead-start.${DeadStartPath}.${DeadStartProtocolId}`
   | 'transaction.exactly-one-of-50'
   | 'transaction.release-on-commit'
   | 'transaction.release-on-throw'

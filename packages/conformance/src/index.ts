@@ -19,11 +19,13 @@
  */
 import { hasCapability } from '@lockkit/core';
 import { describe } from 'vitest';
+import { deadStartCases } from './cases/dead-start.js';
 import { engineSelfTestCases } from './cases/engine-self-test.js';
 import { faultPointCases } from './cases/fault-points.js';
 import { leaseFaultPointCases } from './cases/fault-points-leases.js';
 import { schedulerFaultPointCases } from './cases/fault-points-scheduler.js';
 
+export { DEAD_START_PROTOCOLS, deadStartCaseIds } from './cases/dead-start.js';
 export {
   faultPointCaseIds,
   SESSION_FAULT_PROTOCOLS,
@@ -54,6 +56,8 @@ export {
   type AdapterInstance,
   type ConformanceAdapter,
   type ConformanceCaseId,
+  type DeadStartPath,
+  type DeadStartProtocolId,
   type FaultKind,
   type FaultProtocolId,
   type ObservedLock,
@@ -66,6 +70,7 @@ export {
   taggedUrl,
 } from './harness.js';
 export {
+  type GoodbyeHold,
   type RoundTripProxy,
   type RoundTripProxyOptions,
   type StatementTrap,
@@ -85,7 +90,8 @@ export type ConformanceGroup =
   | 'scheduler'
   | 'engine'
   | 'standby'
-  | 'faults';
+  | 'faults'
+  | 'dead-start';
 
 /** Options of {@link runConformance}. */
 export interface RunConformanceOptions {
@@ -142,6 +148,7 @@ export function runConformance<Tx, Session>(
       'engine',
       'standby',
       'faults',
+      'dead-start',
     ],
   );
   // Capabilities are properties of the executor object: a probe instance that never connects.
@@ -202,6 +209,7 @@ export function runConformance<Tx, Session>(
       leaseFaultPointCases(a, f);
       schedulerFaultPointCases(a, f, schedulerFaults);
     });
+    group('dead-start', undefined, (a, f) => deadStartCases(a, f, 'terminated'));
     if (groups.has('standby')) {
       // Its own server, a hot standby shared by the group's cases.
       const start = adapter.standby;
@@ -235,6 +243,7 @@ export function runConformance<Tx, Session>(
         ['leases', leaseCases],
         ['scheduler', allSchedulerCases],
         ['engine', engineCasesThroughBouncer],
+        ['dead-start', deadStartCasesThroughBouncer],
         [
           'faults',
           (a: typeof pooled, f: () => Fixture<Tx, Session>) =>
@@ -284,6 +293,7 @@ function cases<Tx, Session>(
   allSchedulerCases(adapter, fixture);
   engineCasesThroughBouncer(adapter, fixture);
   faultPointCasesThroughBouncer(adapter, fixture);
+  deadStartCasesThroughBouncer(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }
 
@@ -293,6 +303,14 @@ function engineCasesThroughBouncer<Tx, Session>(
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
 ): void {
   engineSelfTestCases(adapter, fixture, 'pgbouncer');
+}
+
+/** The dead-start group through PgBouncer: the link PgBouncer hangs up, session scope skipped. */
+function deadStartCasesThroughBouncer<Tx, Session>(
+  adapter: ConformanceAdapter<Tx, Session>,
+  fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
+): void {
+  deadStartCases(adapter, fixture, 'pooler-hung-up');
 }
 
 /** The fault-point group through PgBouncer: transaction scope only (session scope is refused there). */

@@ -57,7 +57,37 @@ export interface RoundTripProxy {
    * connections, as {@link RoundTripProxy.record} numbers them): see {@link WireFault}.
    */
   trapStatement(index: number, fault: WireFault): StatementTrap;
+  /**
+   * Holds, from now on, everything the server sends on every connection open now, its hang-up
+   * included: a backend terminated while held has exited on the server, but its FATAL and the
+   * socket's close have not reached the client — the moment a loaded machine gives a pool by
+   * chance, when it lends an idle connection whose backend is already gone. Connections opened
+   * later pass freely. See {@link GoodbyeHold}.
+   */
+  holdGoodbyes(): GoodbyeHold;
   close(): Promise<void>;
+}
+
+/** A hold set by {@link RoundTripProxy.holdGoodbyes}. */
+export interface GoodbyeHold {
+  /** The held connections, numbered as {@link WireStatement.connection} numbers them. */
+  readonly connections: readonly number[];
+  /**
+   * The local ports of the proxy's links to the server for the held connections: the
+   * `client_port` of their backends in `pg_stat_activity` (when the server is PostgreSQL itself),
+   * for terminating them from another connection.
+   */
+  readonly serverPorts: readonly number[];
+  /** Resolves when a client sends anything, on any connection, after the hold began. */
+  readonly clientSpoke: Promise<void>;
+  /**
+   * Ends the proxy's links to the server for the held connections, as the server side would hang
+   * up (a pooler restarting or closing an idle client, a failover): the server sees its client
+   * go; the client hears of it only at {@link GoodbyeHold.release}.
+   */
+  hangUp(): void;
+  /** Passes on what was held, then the hang-ups, in order, and stops holding. */
+  release(): void;
 }
 
 /**
@@ -184,6 +214,9 @@ export async function startRoundTripProxy(
   let recording: WireStatement[] | undefined;
   let trap: { index: number; fault: WireFault; fire: (s: WireStatement) => void } | undefined;
   let connectionCount = 0;
+  // Per open connection: its link to the server, and how to hold its server side.
+  const links = new Map<number, { upstream: Socket; hold: () => { flush: () => void } }>();
+  let goodbyeHold: { spoke: () => void } | undefined;
   const server: Server = createServer((client) => {
     const upstream = connect(port, host);
     const connection = ++connectionCount;
@@ -251,6 +284,25 @@ export async function startRoundTripProxy(
         };
       }
     };
+    // While this connection's goodbye is held: what its server sent, then whether it hung up.
+    let goodbye: (Buffer | 'hang-up')[] | undefined;
+    links.set(connection, {
+      upstream,
+      hold: () => {
+        goodbye ??= [];
+        return {
+          flush: () => {
+            const held = goodbye ?? [];
+            goodbye = undefined;
+            for (const item of held) {
+              // Ended, not destroyed: what was held before the hang-up reaches the client first.
+              if (item === 'hang-up') client.end();
+              else if (!client.destroyed) pass(client, item);
+            }
+          },
+        };
+      },
+    });
     releasers.set(connection, () => {
       if (heldStatement) {
         const bytes = heldStatement;
@@ -370,12 +422,14 @@ export async function startRoundTripProxy(
       },
     );
     client.on('data', (chunk: Buffer) => {
+      goodbyeHold?.spoke();
       fromClient.push(chunk);
       if (toServer.length === 0) return;
       const bytes = Buffer.concat(toServer);
       toServer.length = 0;
       if (holding) holding.push(bytes);
-      else pass(upstream, bytes);
+      // Writes to a server that hung up are lost, as on a real network.
+      else if (!upstream.destroyed) pass(upstream, bytes);
     });
     upstream.on('data', (chunk: Buffer) => {
       fromServer.push(chunk);
@@ -385,18 +439,24 @@ export async function startRoundTripProxy(
       }
       const bytes = Buffer.concat(toClient);
       toClient.length = 0;
-      pass(client, bytes);
+      if (goodbye) goodbye.push(bytes);
+      else pass(client, bytes);
     });
     const end = () => {
       cut();
       sockets.delete(client);
       sockets.delete(upstream);
       releasers.delete(connection);
+      links.delete(connection);
+    };
+    const serverGone = () => {
+      if (goodbye === undefined) end();
+      else if (!goodbye.includes('hang-up')) goodbye.push('hang-up');
     };
     client.on('close', end);
-    upstream.on('close', end);
+    upstream.on('close', serverGone);
     client.on('error', end);
-    upstream.on('error', end);
+    upstream.on('error', serverGone);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const address = server.address();
@@ -457,6 +517,33 @@ export async function startRoundTripProxy(
         release: () => {
           if (cancelHold === hold) cancelHold = undefined;
           for (const flush of hold.flushers) flush();
+        },
+      };
+    },
+    holdGoodbyes: () => {
+      let spoke = () => {};
+      const clientSpoke = new Promise<void>((resolve) => {
+        spoke = resolve;
+      });
+      const hold = { spoke };
+      goodbyeHold = hold;
+      const held = [...links].map(([connection, link]) => ({
+        connection,
+        link,
+        ...link.hold(),
+      }));
+      return {
+        connections: held.map((h) => h.connection),
+        serverPorts: held.flatMap((h) =>
+          h.link.upstream.localPort === undefined ? [] : [h.link.upstream.localPort],
+        ),
+        clientSpoke,
+        hangUp: () => {
+          for (const h of held) h.link.upstream.destroy();
+        },
+        release: () => {
+          if (goodbyeHold === hold) goodbyeHold = undefined;
+          for (const h of held) h.flush();
         },
       };
     },

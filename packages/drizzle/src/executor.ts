@@ -21,6 +21,7 @@ import {
   NestedCallGuard,
   type PgEventSourceLike,
   type PgPoolEventsLike,
+  retryDeadStart,
   sendCancelRequest,
   slotOf,
 } from '@lockkit/core/adapter';
@@ -306,7 +307,13 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
     name,
     transactionPooler,
     singleConnection,
-    transaction,
+    // A pooled connection whose backend was terminated a moment ago is lent as live until the
+    // driver reads the goodbye, and Drizzle's BEGIN (all it sends before the callback) fails on
+    // it: the call begins again on another connection (node-postgres: the checkout above
+    // destroys the dead one; postgres.js: its closed slot reconnects, and a FATAL it kept from
+    // the dead connection fails that BEGIN instead of a later caller's). Not on one pg.Client:
+    // there is no other connection to begin on.
+    transaction: kind === 'pg-client' ? transaction : (fn) => retryDeadStart(transaction, fn),
   };
   const sessions = options.sessions;
   if (sessions === undefined) return Object.freeze(base);

@@ -17,9 +17,15 @@ import {
   postgresJsInstance,
 } from './instances.js';
 
-/** The known defect the fault-point group found under postgres.js. */
+/**
+ * The known defect the fault-point group found under postgres.js. Since Drizzle's transactions
+ * begin again after a dead start (that second BEGIN takes the stale FATAL) and the sessions'
+ * executor reconnects the slot (@lockkit/postgres), these cases all passed unloaded, directly and
+ * through PgBouncer (one run each); under stress-ng the session ones failed in 2 runs of 3 (the
+ * next caller CONNECTION_LOST at a mid-session boundary): still skipped, as for @lockkit/postgres.
+ */
 const POSTGRES_JS_STALE_FATAL =
-  "known defect: postgres.js hands a terminated backend's FATAL (57P01) to the next query it reconnects for, so the next caller after a terminated backend rejects CONNECTION_LOST once";
+  "known defect: postgres.js hands a terminated backend's FATAL (57P01) to the next query it reconnects for, so the next caller after a backend terminated mid-call can reject CONNECTION_LOST once (the dead-start group, a dead connection lent at a call's start, passes)";
 
 const worker = (name: string) => fileURLToPath(new URL(`./worker-${name}.mjs`, import.meta.url));
 
@@ -55,8 +61,6 @@ runConformance(
         [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS, ...LEASE_FAULT_PROTOCOLS],
         POSTGRES_JS_STALE_FATAL,
       ),
-      // The scheduler and migration fault points meet it as @lockkit/postgres does (the finisher's
-      // next statement after a terminated backend rejects CONNECTION_LOST): skipped visibly.
       ...schedulerFaultPointCaseIds(
         ['terminated'],
         SCHEDULER_FAULT_OPERATIONS,

@@ -288,15 +288,15 @@ export function kyselyExecutor<DB>(
           if (slot) slot.current = fate;
           const query = sender(connection as unknown as Kysely<never>, fate);
           let unwatch: (() => void) | undefined;
-          if (slot === undefined) {
-            const [row] = await query(BACKEND_PID);
-            unwatch = watched(row?.pid, fate);
-          }
           // Alone in its pool, a wait can only be cancelled with the protocol's own request; with
           // more connections core cancels from another one.
           const interrupt = singleConnection ? interrupter(client ?? lent) : undefined;
           let discarded = false;
           try {
+            if (slot === undefined) {
+              const [row] = await query(BACKEND_PID);
+              unwatch = watched(row?.pid, fate);
+            }
             return await nested.run(() =>
               fn({
                 query,
@@ -315,6 +315,10 @@ export function kyselyExecutor<DB>(
           } finally {
             unwatch?.();
             if (slot?.current === fate) slot.current = undefined;
+            // Without the pool lockkit cannot end a dead connection, and Kysely gives it back as
+            // soon as the task settles: after a backend's FATAL, before node-postgres has read
+            // the hang-up, so the pool would lend it on. It goes back once the driver knows.
+            if (fate.aborted && client === undefined) await hangUpSeen(connection);
             if (discarded && !fate.aborted) {
               if (client) {
                 closed = closedOf(client);
@@ -330,6 +334,31 @@ export function kyselyExecutor<DB>(
     },
   };
   return Object.freeze(executor);
+}
+
+/**
+ * Resolves once the driver under `connection` has seen it close, so that its pool discards it: a
+ * statement sent on a connection whose server said goodbye fails only when the driver reads the
+ * hang-up (node-postgres then marks the connection unusable). Bounded like {@link closedOf}: a
+ * silent network cannot hold the call.
+ */
+async function hangUpSeen(connection: unknown): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const probe = (connection as Kysely<never>)
+    .withoutPlugins()
+    .executeQuery(CompiledQuery.raw('SELECT 1'))
+    .then(
+      () => {},
+      () => {},
+    );
+  await Promise.race([
+    probe,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, CLOSE_WAIT_MS);
+      timer.unref();
+    }),
+  ]);
+  clearTimeout(timer);
 }
 
 /**

@@ -35,5 +35,5 @@ runConformance(
         "without the pool, lockkit cannot read the pool's size, so a nested call on a pool of one is not refused: it waits for the connection the task holds",
     },
   },
-  { groups: ['transaction', 'session', 'robustness', 'truth'] },
+  { groups: ['transaction', 'session', 'robustness', 'truth', 'dead-start'] },
 );

@@ -30,6 +30,7 @@ import {
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
+import { type StaleFatalGuard, staleFatalGuard } from './stale-fatal.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
 export interface PostgresResultLike extends ArrayLike<unknown> {
@@ -39,9 +40,17 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 
 /** The part of a reserved postgres.js `sql` we use. */
 export interface PostgresReservedLike {
+  /**
+   * `options.onexecute` (postgres.js's own, as `sql.begin` uses it) is handed the connection the
+   * statement runs on: lockkit reconnects it after a loss (see `stale-fatal.ts`).
+   */
   unsafe(
     text: string,
     params?: unknown[],
+    options?: {
+      readonly prepare?: boolean;
+      readonly onexecute?: (connection: unknown) => boolean;
+    },
   ): PromiseLike<PostgresResultLike> & { cancel?: () => unknown };
   release(): void;
 }
@@ -129,6 +138,8 @@ interface Lease<R> {
   readonly discard: () => void;
   /** Whether the task's own statements ended the transaction (see {@link TransactionEnd}). */
   readonly ended: () => boolean | undefined;
+  /** The lease's first statement captures its connection, reopened after a loss. */
+  readonly stale: StaleFatalGuard;
 }
 
 /**
@@ -305,6 +316,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         discarded = true;
       },
       ended: () => (transactionEnd === 'no' ? false : transactionEnd === 'yes' ? true : undefined),
+      stale: staleFatalGuard(sql),
     };
   }
 
@@ -321,6 +333,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       );
       if (reset === 'done' && !l.watched.fate.aborted) {
         l.stop();
+        l.stale.forget();
         l.reserved.release();
         return;
       }
@@ -329,6 +342,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // postgres.js's closed queue already, and the server rolls back and unlocks on its own.
       if (reset === 'lost' || l.watched.fate.aborted) {
         l.stop();
+        l.stale.reopen();
         return;
       }
       // A task may have switched to a role that may not end its own backend: back to the
@@ -344,13 +358,20 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         () => {},
       );
       // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
+      // It ended under a statement: its slot is reconnected now, for the reason in finish's end.
       l.stop();
+      l.stale.reopen();
       return;
     }
     l.stop();
     // A dead reserved connection is already back in postgres.js's closed queue; releasing it
-    // would list it as open, and the next query on it would crash.
-    if (!l.watched.fate.aborted) l.reserved.release();
+    // would list it as open, and the next query on it would crash. Its slot is reconnected now,
+    // so that a FATAL it died with goes to a query of lockkit's, not the next caller's.
+    if (l.watched.fate.aborted) l.stale.reopen();
+    else {
+      l.stale.forget();
+      l.reserved.release();
+    }
   }
 
   async function inTransaction<T>(
@@ -371,6 +392,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       ];
       const results = (await l.reserved.unsafe(
         texts.join('; '),
+        [],
+        l.stale.capture,
       )) as unknown as PostgresResultLike[];
       const openingRows = opening === undefined ? [] : Array.from(results.at(-1) as ArrayLike<Row>);
       l.watched.pid = Number(
@@ -410,7 +433,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
       const l = await lease();
       try {
-        const result = await l.reserved.unsafe(BACKEND_PID);
+        const result = await l.reserved.unsafe(BACKEND_PID, [], l.stale.capture);
         l.watched.pid = Number((Array.from(result) as Row[])[0]?.pid);
         // The pid postgres.js got in BackendKeyData at connect: PgBouncer invents its own.
         const backendPid = result.state?.pid ?? undefined;

@@ -34,8 +34,8 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
       const entry: { pid?: number | undefined; dead?: boolean } = {};
       open.set(reserved, entry);
       const unsafe = reserved.unsafe.bind(reserved);
-      reserved.unsafe = ((text: string, params?: never[]) => {
-        const pending = unsafe(text, params);
+      reserved.unsafe = ((text: string, params?: never[], options?: object) => {
+        const pending = unsafe(text, params, options);
         void Promise.resolve(pending).catch((error: unknown) => {
           if (isConnectionLoss(error)) entry.dead = true;
         });
@@ -86,19 +86,26 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
  * and `closed()` does not clear it; the slot's next connect hands it to its first query. When that
  * is a `sql.reserve()`, the reserve rejects CONNECTION_LOST and its request stays queued, so the
  * reconnected connection is later handed to the rejected promise: the slot is lost to the pool
- * (a retried reserve on a pool of one waits forever — measured). Not fixable from the adapter
- * without postgres.js's internals. Direct (prepare: true) it fails at boundary 0 every time (the
- * lease run too: the call after the terminated claim gets CONNECTION_LOST): run as expected
- * failures; through PgBouncer (prepare: false) where it fails varies: skipped visibly.
+ * (a retried reserve on a pool of one waits forever — measured). The executor reconnects the slot
+ * of a lease's connection that closed under it with a throwaway query of its own
+ * (`src/stale-fatal.ts`): the dead-start group (a dead connection lent at the start of a call)
+ * passes, every run, under load too. A backend terminated in the middle of a transaction or a
+ * session still reaches the next caller at times: the transaction and session fault points pass
+ * unloaded (every boundary, both modes) but failed under stress-ng (2 runs of 3, next caller
+ * CONNECTION_LOST at a mid-transaction boundary): skipped visibly, neither passing nor failing
+ * every time. The lease run meets it every time directly with prepare: true (the call after the
+ * terminated claim gets CONNECTION_LOST): run as an expected failure; through PgBouncer
+ * (prepare: false) where it fails varies: skipped visibly.
  */
 const staleFatal = (prepare: boolean) => {
   const reason =
     "known defect (postgres.js): a terminated backend's FATAL (57P01) outlives its connection and rejects the slot's next sql.reserve() CONNECTION_LOST, leaking that slot";
-  const ids = faultPointCaseIds(
+  const flaky = faultPointCaseIds(
     ['terminated'],
-    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS, ...LEASE_FAULT_PROTOCOLS],
-    reason,
+    [...TRANSACTION_FAULT_PROTOCOLS, ...SESSION_FAULT_PROTOCOLS],
+    `${reason} — since lockkit reconnects the slot it passes unloaded, but not yet under load`,
   );
+  const lease = faultPointCaseIds(['terminated'], LEASE_FAULT_PROTOCOLS, reason);
   // The scheduler and migration fault points meet it at boundary 1 in both modes, each run then
   // waiting out its watchdog: skipped visibly rather than run as expected failures.
   const scheduler = schedulerFaultPointCaseIds(['terminated'], SCHEDULER_FAULT_OPERATIONS, reason);
@@ -109,8 +116,8 @@ const staleFatal = (prepare: boolean) => {
     'scheduler.lease-fenced-write-lost-bounded': reason,
   };
   return prepare
-    ? { expectedFailures: ids, disable: { ...scheduler, ...bounded } }
-    : { disable: { ...ids, ...scheduler, ...bounded } };
+    ? { expectedFailures: lease, disable: { ...flaky, ...scheduler, ...bounded } }
+    : { disable: { ...flaky, ...lease, ...scheduler, ...bounded } };
 };
 
 for (const prepare of [true, false]) {
