@@ -70,22 +70,6 @@ export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
   let closedIn: PostgresQueueLike | undefined;
   let hook: ((error: unknown) => void) | undefined;
   let previous: ((error: unknown) => void) | null | undefined;
-  // Set once the lease was lost; the reconnect happens once the connection is in the closed queue.
-  let wanted = false;
-  let done = false;
-  const reconnect = () => {
-    const c = connection;
-    if (done || c === undefined || closedIn === undefined || typeof c.connect !== 'function')
-      return;
-    done = true;
-    // Taken already (a waiting query connected it): nothing of ours to do, nor safe to.
-    if (closedIn.remove(c) === null) return;
-    const query = sql.unsafe('SELECT 1') as PostgresLazyQueryLike;
-    // Run by the connection itself, never through the pool's queue.
-    query.executed = true;
-    query.catch(() => {});
-    c.connect(query);
-  };
   return {
     capture: {
       onexecute: (candidate) => {
@@ -97,10 +81,6 @@ export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
             hook = (error) => {
               if (isQueue(c.queue)) closedIn = c.queue;
               if (typeof previous === 'function') previous(error);
-              // The lease was declared lost before postgres.js read the close (the backend watch
-              // found it gone first): reconnect now — after postgres.js's own close handling,
-              // which hands the slot to a waiting query if there is one.
-              if (wanted) queueMicrotask(reconnect);
             };
             c.onclose = hook;
           }
@@ -110,8 +90,15 @@ export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
       },
     },
     reopen: () => {
-      wanted = true;
-      reconnect();
+      const c = connection;
+      if (c === undefined || closedIn === undefined || typeof c.connect !== 'function') return;
+      // Taken already (a waiting query connected it): nothing of ours to do, nor safe to.
+      if (closedIn.remove(c) === null) return;
+      const query = sql.unsafe('SELECT 1') as PostgresLazyQueryLike;
+      // Run by the connection itself, never through the pool's queue.
+      query.executed = true;
+      query.catch(() => {});
+      c.connect(query);
     },
     forget: () => {
       if (connection !== undefined && connection.onclose === hook) connection.onclose = previous;
