@@ -421,6 +421,8 @@ async function searchFaultPoints<Tx, Session>(
     const found: string[] = [];
     const r = await step('setting up the round', round());
     const trap = proxy.trapStatement(k, fault.wire);
+    // What this run sends, for the report of a run that hangs (the trap has just reset the count).
+    const seen = proxy.record();
     const call = r.start();
     const fired = await Promise.race([
       trap.fired,
@@ -462,14 +464,19 @@ async function searchFaultPoints<Tx, Session>(
       found.push(`stop() did not settle within ${WATCHDOG_MS} ms`);
     if (rival && !(await settledWithin(rival.settled)))
       found.push(`the rival did not settle within ${WATCHDOG_MS} ms`);
+    const sent = seen.stop();
     outcomes.push(`${k}:${settled ? r.outcome() : 'hung'}`);
     combinations++;
     if (!settled) {
       // A run that never settles holds the pool's only connection: later boundaries would wedge.
       violations.push(
-        ...[`the run did not settle within ${WATCHDOG_MS} ms`, ...found].map(
-          (v) => `${point}: ${v}`,
-        ),
+        ...[
+          `the run did not settle within ${WATCHDOG_MS} ms; its last statements (index@connection): ${sent
+            .slice(-8)
+            .map((st) => `${st.index}@${st.connection} ${head(st.text)}`)
+            .join(' | ')}`,
+          ...found,
+        ].map((v) => `${point}: ${v}`),
       );
       // Its transaction may still hold locks on the schema's tables: every link through the proxy
       // is cut, so that the server ends it and the schema can be dropped (else the drop waits on
