@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { isLockkitError, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { advisoryHolders, callOnExhaustedPool } from '@lockkit/test-db/exhausted-pool';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -18,41 +19,20 @@ const pool = new pg.Pool({
   connectionTimeoutMillis: 300,
 });
 pool.on('error', () => {});
-const db = drizzle(pool);
 afterAll(async () => {
   await pool.end();
 });
 
 describe('Drizzle on a pg.Pool that lends no connection within connectionTimeoutMillis', () => {
-  it('withLock rejects POOL_TIMEOUT: the task did not run', async () => {
-    const locks = createLockKit(db);
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let holding!: () => void;
-    const held = new Promise<void>((resolve) => {
-      holding = resolve;
-    });
-    const holder = locks.withLock(key(), async () => {
-      holding();
-      await gate;
-      return 'held';
-    });
-    await held;
-    let ran = false;
-    const refused = await locks
-      .withLock(key(), async () => {
-        ran = true;
-      })
-      .then(
-        () => undefined,
-        (error: unknown) => error,
-      );
-    release();
-    expect(await holder).toEqual({ executed: true, result: 'held' });
-    expect(ran).toBe(false);
+  it('withLock rejects POOL_TIMEOUT: the task did not run, and no lock was taken', async () => {
+    const refusedKey = key();
+    const locks = createLockKit(drizzle(pool));
+    const seen = await callOnExhaustedPool(locks, 'withLock', key(), refusedKey);
+    expect(seen.holder).toEqual({ executed: true, result: 'held' });
+    expect(seen.ran).toBe(false);
+    const { refused } = seen;
     expect(isLockkitError(refused) && refused.code).toBe('POOL_TIMEOUT');
     expect((refused as Error).message).toMatch(/did not run/);
+    expect(await advisoryHolders(testDatabaseUrl(), refusedKey.pgLocks)).toBe(0);
   });
 });

@@ -5,6 +5,7 @@
  */
 import { isLockkitError, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { advisoryHolders, callOnExhaustedPool } from '@lockkit/test-db/exhausted-pool';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLockKit } from '../src/index.js';
@@ -13,6 +14,12 @@ const pools: pg.Pool[] = [];
 afterEach(async () => {
   await Promise.all(pools.splice(0).map((p) => p.end()));
 });
+function newPool(max: number, connectionTimeoutMillis?: number): pg.Pool {
+  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max, connectionTimeoutMillis });
+  pool.on('error', () => {});
+  pools.push(pool);
+  return pool;
+}
 
 const key = () => LockKey.fromNames('pg-pool-timeout', Math.random().toString(36).slice(2));
 
@@ -20,73 +27,29 @@ describe('a pool that lends no connection within its connectionTimeoutMillis', (
   it.each(['withLock', 'withSessionLock'] as const)(
     '%s rejects POOL_TIMEOUT: the task did not run, and no lock was taken',
     async (call) => {
-      const pool = new pg.Pool({
-        connectionString: testDatabaseUrl(),
-        max: 1,
-        connectionTimeoutMillis: 300,
-      });
-      pool.on('error', () => {});
-      pools.push(pool);
-      const locks = createLockKit(pool);
-      let release!: () => void;
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      let holding!: () => void;
-      const held = new Promise<void>((resolve) => {
-        holding = resolve;
-      });
-      // Another call holds the pool's only connection until the gate opens.
-      const holder = locks.withLock(key(), async () => {
-        holding();
-        await gate;
-        return 'held';
-      });
-      await held;
-      let ran = false;
       const refusedKey = key();
-      const refused = await locks[call](refusedKey, async () => {
-        ran = true;
-      }).then(
-        () => undefined,
-        (error: unknown) => error,
+      const seen = await callOnExhaustedPool(
+        createLockKit(newPool(1, 300)),
+        call,
+        key(),
+        refusedKey,
       );
-      release();
-      expect(await holder).toEqual({ executed: true, result: 'held' });
-      expect(ran).toBe(false);
+      expect(seen.holder).toEqual({ executed: true, result: 'held' });
+      expect(seen.ran).toBe(false);
+      const { refused } = seen;
       expect(isLockkitError(refused) && refused.code).toBe('POOL_TIMEOUT');
       expect((refused as Error).message).toMatch(/did not run/);
       expect((refused as Error).message).toMatch(/connectionTimeoutMillis/);
       expect((refused as { cause?: unknown }).cause).toBeInstanceOf(Error);
-      const observer = new pg.Client({ connectionString: testDatabaseUrl() });
-      await observer.connect();
-      try {
-        const { rows } = await observer.query(
-          `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'
-             AND classid = $1::int8::oid AND objid = $2::int8::oid`,
-          [refusedKey.pgLocks.classid, refusedKey.pgLocks.objid],
-        );
-        expect(rows[0].n).toBe(0);
-      } finally {
-        await observer.end();
-      }
+      expect(await advisoryHolders(testDatabaseUrl(), refusedKey.pgLocks)).toBe(0);
     },
   );
 
   it("leaves a task's own pool timeout as it is: the task ran", async () => {
-    const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 2 });
-    const other = new pg.Pool({
-      connectionString: testDatabaseUrl(),
-      max: 1,
-      connectionTimeoutMillis: 300,
-    });
-    for (const p of [pool, other]) {
-      p.on('error', () => {});
-      pools.push(p);
-    }
+    const other = newPool(1, 300);
     const busy = await other.connect();
     try {
-      const failed = await createLockKit(pool)
+      const failed = await createLockKit(newPool(2))
         .withLock(key(), async () => {
           const client = await other.connect();
           client.release();

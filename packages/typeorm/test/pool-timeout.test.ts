@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { isLockkitError, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { advisoryHolders, callOnExhaustedPool } from '@lockkit/test-db/exhausted-pool';
 import { DataSource } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLockKit } from '../src/index.js';
@@ -26,35 +27,16 @@ afterAll(async () => {
 
 describe('TypeORM on a pool that lends no connection within connectTimeoutMS', () => {
   it.each(['withLock', 'withSessionLock'] as const)(
-    '%s rejects POOL_TIMEOUT: the task did not run',
+    '%s rejects POOL_TIMEOUT: the task did not run, and no lock was taken',
     async (call) => {
-      const locks = createLockKit(ds);
-      let release!: () => void;
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      let holding!: () => void;
-      const held = new Promise<void>((resolve) => {
-        holding = resolve;
-      });
-      const holder = locks.withLock(key(), async () => {
-        holding();
-        await gate;
-        return 'held';
-      });
-      await held;
-      let ran = false;
-      const refused = await locks[call](key(), async () => {
-        ran = true;
-      }).then(
-        () => undefined,
-        (error: unknown) => error,
-      );
-      release();
-      expect(await holder).toEqual({ executed: true, result: 'held' });
-      expect(ran).toBe(false);
+      const refusedKey = key();
+      const seen = await callOnExhaustedPool(createLockKit(ds), call, key(), refusedKey);
+      expect(seen.holder).toEqual({ executed: true, result: 'held' });
+      expect(seen.ran).toBe(false);
+      const { refused } = seen;
       expect(isLockkitError(refused) && refused.code).toBe('POOL_TIMEOUT');
       expect((refused as Error).message).toMatch(/did not run/);
+      expect(await advisoryHolders(testDatabaseUrl(), refusedKey.pgLocks)).toBe(0);
     },
   );
 });
