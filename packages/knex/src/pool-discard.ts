@@ -10,10 +10,11 @@
  * the dead connection would also be counted free, and a live one would keep its session locks.
  *
  * Tarn has no public call that destroys one lent resource. It does what is needed when a free
- * resource fails validation: take it out of `used`, destroy it through the pool's own destroyer
- * (Knex's `destroyRawConnection`, which ends the connection), then let waiting borrowers go on.
+ * resource fails validation: take it out of `used` and settle it (a `destroy()` of the pool waits
+ * for that), destroy it through the pool's own destroyer (Knex's `destroyRawConnection`, which ends
+ * the connection), then let waiting borrowers go on.
  * Those members are `protected` in tarn's typings (there for subclasses, as Knex's `KnexPool` is
- * one); this file does the same three steps, and only when the pool has all three, so that a pool
+ * one); this file does the same steps, and only when the pool has what they use, so that a pool
  * of another shape (an application's `pg.Pool` given as `connectionPool`) takes the marked path.
  *
  * @packageDocumentation
@@ -22,7 +23,8 @@ import type { Knex } from 'knex';
 
 /** The members of a tarn pool that taking one lent resource out uses. */
 interface TarnPoolInternals {
-  used: { readonly resource: unknown }[];
+  /** Lent resources; `settle()` tells a waiting `destroy()` of the pool that one came back. */
+  used: { readonly resource: unknown; settle(): void }[];
   _destroy(resource: unknown): Promise<unknown>;
   _tryAcquireOrCreate(): void;
 }
@@ -37,6 +39,7 @@ function tarnInternals(pool: unknown): TarnPoolInternals | undefined {
   if (typeof pool !== 'object' || pool === null) return undefined;
   const candidate = pool as Partial<TarnPoolInternals>;
   return Array.isArray(candidate.used) &&
+    candidate.used.every((entry) => typeof entry?.settle === 'function') &&
     typeof candidate._destroy === 'function' &&
     typeof candidate._tryAcquireOrCreate === 'function'
     ? (candidate as TarnPoolInternals)
@@ -58,7 +61,9 @@ export async function discardFromPool(
   const tarn = tarnInternals((client as { pool?: unknown }).pool);
   const lent = tarn?.used.findIndex((entry) => entry.resource === connection) ?? -1;
   if (tarn && lent >= 0) {
-    tarn.used.splice(lent, 1);
+    const [entry] = tarn.used.splice(lent, 1);
+    // A pool.destroy() under way waits for each lent resource to settle.
+    entry?.settle();
     // Tarn's destroy never rejects: a destroyer's failure goes to the pool's own log and events.
     await tarn._destroy(connection);
     tarn._tryAcquireOrCreate();

@@ -136,3 +136,29 @@ describe('a pool of one whose only connection is discarded', () => {
     }
   });
 });
+
+describe("Knex's destroy() while a session lock's connection is lent", () => {
+  it('resolves once the session call has ended and its connection left the pool', async () => {
+    const closing = knex({ client: 'pg', connection: testDatabaseUrl(), pool: { min: 0, max: 2 } });
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let running!: () => void;
+    const started = new Promise<void>((resolve) => {
+      running = resolve;
+    });
+    const session = createLockKit(closing).withSessionLock(key(), async () => {
+      running();
+      await gate;
+      return 'done';
+    });
+    await started;
+    // Tarn's destroy waits for every lent connection to come back (or leave).
+    const destroyed = closing.destroy();
+    release();
+    expect(await session).toEqual({ executed: true, result: 'done' });
+    await destroyed;
+    expect(closing.client.pool).toBeUndefined();
+  }, 15_000);
+});
