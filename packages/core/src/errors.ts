@@ -18,7 +18,12 @@ export type LockKeyErrorCode =
   | 'KEY_OUT_OF_RANGE'
   | 'KEY_NOT_ADVISORY';
 
-/** Every code a {@link LockkitError} can carry. */
+/**
+ * Every code a {@link LockkitError} can carry. See docs/errors.md for what each means and what to
+ * do; for example `POOL_TIMEOUT`: the driver's pool lent no connection within its acquire timeout
+ * (node-postgres's `connectionTimeoutMillis`, Knex's `acquireConnectionTimeout`), so the call did
+ * not run and took no lock.
+ */
 export type LockkitErrorCode =
   | LockKeyErrorCode
   | 'CAPABILITY_UNSUPPORTED'
@@ -29,6 +34,7 @@ export type LockkitErrorCode =
   | 'IDLE_IN_TRANSACTION_TIMEOUT'
   | 'STATEMENT_TIMEOUT'
   | 'CONNECTION_LOST'
+  | 'POOL_TIMEOUT'
   | 'LOCK_TABLE_FULL'
   | 'LOCK_NOT_HELD'
   | 'UNSAFE_BEHIND_POOLER'

@@ -22,6 +22,7 @@ import type {
   TaskContext,
   TransactionLockOptions,
 } from './lock-types.js';
+import { poolTimeoutError } from './pool-timeout.js';
 import { fromPostgresError, sqlState } from './postgres-errors.js';
 import type { SessionPinning } from './session-pinning.js';
 import {
@@ -266,6 +267,11 @@ export function classify(
       `${what}: the connection was lost before lockkit's statement was answered; Postgres releases every lock held there, and a transaction open there rolls back.`,
       { cause: error },
     );
+  // The pool lent no connection in time: nothing of the call reached the server.
+  if (context === undefined && !(error instanceof TaskFailure)) {
+    const refused = poolTimeoutError(error, what);
+    if (refused) return refused;
+  }
   // The task's own errors pass unchanged, except the Postgres failures that lockkit's options
   // cause or that end the lock (timeouts, deadlock, lost connection, full lock table).
   if (caller?.aborted && sqlState(original) === '57014') return abortedError(caller, original);

@@ -4,7 +4,8 @@
  * a lost connection is {@link ConnectionLostError} (the transaction rolled back), a connection lost
  * once the body was done and only COMMIT was left is {@link CommitOutcomeUnknownError}, and a
  * Postgres error keeps the meaning `fromPostgresError` gives it. A driver's raw "Connection
- * terminated unexpectedly" never reaches the caller.
+ * terminated unexpectedly" never reaches the caller, nor a pool's refusal to lend a connection in
+ * time (`POOL_TIMEOUT`: nothing ran).
  *
  * @packageDocumentation
  */
@@ -12,6 +13,7 @@ import { commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { isConnectionLoss } from './connection-loss.js';
 import { ConnectionLostError, LockkitError } from './errors.js';
 import type { LockExecutor, QueryFn } from './executor.js';
+import { poolTimeoutError } from './pool-timeout.js';
 import { fromPostgresError } from './postgres-errors.js';
 
 /**
@@ -32,14 +34,17 @@ export async function ownTransaction<T>(
 ): Promise<T> {
   // Set once the body is done: a failure after that came with COMMIT (or the connection's return).
   let done = false;
+  // Set once the executor lent a connection: a failure before it means the call did not run.
+  let lent = false;
   try {
     return await executor.transaction(async ({ query }) => {
+      lent = true;
       const result = await body(query);
       done = true;
       return result;
     });
   } catch (error) {
-    throw typedFailure(error, what, done);
+    throw (!lent && poolTimeoutError(error, what)) || typedFailure(error, what, done);
   }
 }
 

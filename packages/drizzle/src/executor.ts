@@ -179,6 +179,16 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
   options: DrizzleExecutorOptions<Session> = {},
 ): LockExecutor<Tx, Session> {
   const name = options.name ?? 'drizzle';
+  // A Drizzle transaction (PgTransaction: rollback() and its nesting depth) runs transaction() as a
+  // savepoint of the caller's transaction: lockkit's transaction-scoped lock would outlive the call
+  // until the caller's transaction ended, and its work would commit or roll back with the caller's.
+  const maybeTx = db as { rollback?: unknown; nestedIndex?: unknown };
+  if (typeof maybeTx.rollback === 'function' && typeof maybeTx.nestedIndex === 'number') {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `The ${name} executor needs the Drizzle database, but was given a transaction of it (the tx of db.transaction()): pass the database itself; lockkit opens its own transactions.`,
+    );
+  }
   const transactionPooler = options.transactionPooler === true;
   const kind = kindOf(db.$client);
   // On a pool, lockkit checks the connection out itself and always gives it back: Drizzle sends

@@ -4,7 +4,7 @@
  * node-postgres pool lockkit checks the connection out itself: the task still gets Drizzle's own
  * transaction, made with the database's configuration.
  */
-import { LockKey, UnsupportedCapabilityError } from '@lockkit/core';
+import { isLockkitError, LockKey, UnsupportedCapabilityError } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import { is, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -50,6 +50,27 @@ describe.each([
       return row;
     });
     expect(r).toEqual({ executed: true, result: { v: '-9223372036854775808', s: "it's" } });
+  });
+
+  it("refuses a Drizzle transaction in place of the database at creation, saying what to pass (lockkit's transaction would be a savepoint of the caller's, its lock held until the caller's ends)", async () => {
+    const { instance } = setup();
+    const db = instance.db as unknown as {
+      transaction<T>(fn: (tx: unknown) => Promise<T>): Promise<T>;
+    };
+    const seen = await db.transaction(async (tx) => {
+      try {
+        createLockKit(tx as never);
+        return { code: 'accepted', message: '' };
+      } catch (error) {
+        return {
+          code: isLockkitError(error) ? error.code : String(error),
+          message: (error as Error).message,
+        };
+      }
+    });
+    expect(seen.code).toBe('OPTION_INVALID');
+    expect(seen.message).toMatch(/transaction/);
+    expect(seen.message).toMatch(/database/);
   });
 
   it('releases a lock taken inside a nested transaction (savepoint) that rolls back', async () => {

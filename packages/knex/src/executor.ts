@@ -28,6 +28,7 @@ import {
 } from '@lockkit/core/adapter';
 import type { Knex } from 'knex';
 import { type KnexPgConnection, type Opening, TransactionView } from './connection-view.js';
+import { discardFromPool } from './pool-discard.js';
 
 /** Options of {@link knexExecutor}. */
 export interface KnexExecutorOptions {
@@ -38,12 +39,6 @@ export interface KnexExecutorOptions {
    * transaction mode, Supavisor, RDS Proxy, pgcat): session scope is then refused before any SQL.
    */
   readonly transactionPooler?: boolean;
-}
-
-/** Where Knex's pg dialect and pool mark a connection not to be handed out again. */
-interface Disposable {
-  __knex__disposed?: unknown;
-  end?: () => Promise<void>;
 }
 
 /** Runs one statement on `connection`; a lost connection is reported to `fate`. */
@@ -134,17 +129,11 @@ export function knexExecutor(
     return (await client.acquireConnection()) as KnexPgConnection;
   };
   /**
-   * Gives the connection back. With a reason, it is closed first and marked the way Knex marks a
-   * dead connection, so the pool destroys it instead of handing it out: Knex's pool checks only
-   * when it next hands a connection out, and until then a live connection would keep its session
-   * (and its session locks).
+   * Gives the connection back. With a reason, it leaves the pool instead, closed at once (a live
+   * connection would keep its session and its session locks) and without a warning in Knex's log.
    */
   const release = async (connection: KnexPgConnection, broken: unknown): Promise<void> => {
-    if (broken !== undefined) {
-      const disposable = connection as Disposable;
-      disposable.__knex__disposed ??= broken;
-      await disposable.end?.().catch(() => {});
-    }
+    if (broken !== undefined) return discardFromPool(client, connection, broken);
     await client.releaseConnection(connection);
   };
 

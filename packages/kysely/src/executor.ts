@@ -182,6 +182,14 @@ export function kyselyExecutor<DB>(
   options: KyselyExecutorOptions = {},
 ): LockExecutor<Transaction<DB>, Kysely<DB>> {
   const name = options.name ?? 'kysely';
+  // A Transaction (or ControlledTransaction) refuses transaction() and connection(): every call
+  // would fail with Kysely's bare Error, and its statements would be the caller's transaction's.
+  if ((db as { isTransaction?: unknown }).isTransaction === true) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `The ${name} executor needs the Kysely instance, but was given a Transaction of it (the trx of db.transaction().execute or db.startTransaction()): pass the Kysely instance itself; lockkit opens its own transactions on connections of its pool.`,
+    );
+  }
   // Without the user's plugins, for the reason given at `sender`.
   const untyped = (db as unknown as Kysely<never>).withoutPlugins();
   const watch = new BackendWatch(

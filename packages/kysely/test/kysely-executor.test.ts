@@ -4,7 +4,7 @@
  * same pool meanwhile), and the pool whose `connect()` lockkit wraps still serves everyone else.
  */
 import { randomBytes } from 'node:crypto';
-import { type LockClient, LockKey } from '@lockkit/core';
+import { isLockkitError, type LockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
 import { Kysely, PostgresDialect, sql } from 'kysely';
@@ -88,6 +88,24 @@ describe('@lockkit/kysely', () => {
       );
     });
     expect(viaCallback).toBe(2);
+  });
+
+  it('refuses a Transaction in place of the Kysely instance at creation, saying what to pass', async () => {
+    const { instance } = setup();
+    const seen = await instance.db.transaction().execute(async (trx) => {
+      try {
+        createLockKit(trx, { pool: instance.pool });
+        return { code: 'accepted', message: '' };
+      } catch (error) {
+        return {
+          code: isLockkitError(error) ? error.code : String(error),
+          message: (error as Error).message,
+        };
+      }
+    });
+    expect(seen.code).toBe('OPTION_INVALID');
+    expect(seen.message).toMatch(/Transaction/);
+    expect(seen.message).toMatch(/Kysely instance/);
   });
 
   it("refuses a session when the pool option is not the dialect's pool, before the task runs", async () => {

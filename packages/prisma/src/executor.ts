@@ -5,6 +5,7 @@
  */
 import {
   type LockExecutor,
+  LockkitError,
   type Row,
   type TransactionContext,
   TransactionExpiredError,
@@ -86,6 +87,28 @@ function expiry(
 }
 
 /**
+ * Refuses, before any SQL, Prisma's transaction client (the `tx` of `$transaction`) in place of the
+ * PrismaClient. Prisma 7 gives that client a `$transaction` of its own, which nests in the
+ * caller's transaction: lockkit's transaction-scoped lock would then outlive the call until the
+ * caller's transaction ends (older Prisma gives it none, and every call fails with a TypeError).
+ * A transaction client is known by what Prisma takes away from it: `$connect`, `$disconnect`.
+ */
+function refuseTransactionClient(prisma: unknown, name: string): void {
+  const p = (typeof prisma === 'object' && prisma !== null ? prisma : {}) as Record<
+    string,
+    unknown
+  >;
+  const runsSql = typeof p.$queryRawUnsafe === 'function';
+  const client = typeof p.$connect === 'function' || typeof p.$disconnect === 'function';
+  if (typeof p.$transaction === 'function' && (client || !runsSql)) return;
+  const given = runsSql ? 'a transaction client (the tx of $transaction)' : String(prisma);
+  throw new LockkitError(
+    'OPTION_INVALID',
+    `The ${name} executor needs the PrismaClient, but was given ${given}: pass the PrismaClient itself (extended with $extends or not); lockkit opens its own interactive transactions.`,
+  );
+}
+
+/**
  * A {@link LockExecutor} over a `PrismaClient` (Prisma ≥ 6.16, e.g. the Rust-free client with
  * `@prisma/adapter-pg`). Capability: transaction scope only. Tasks receive Prisma's `tx`, so their
  * writes join the lock's transaction.
@@ -104,6 +127,7 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
   prisma: PrismaClientLike<Tx>,
   options: PrismaExecutorOptions = {},
 ): LockExecutor<Tx, never> {
+  refuseTransactionClient(prisma, options.name ?? 'prisma');
   const limits = { timeout: options.timeout ?? 5000, maxWait: options.maxWait ?? 2000 };
   const watch = new BackendWatch((text, params) => prisma.$queryRawUnsafe(text, ...params), {
     intervalMs: options.livenessCheckMs ?? 1000,

@@ -3,11 +3,17 @@
  * (and the lock is released), per-call limits, no session scope, and the task's writes through
  * Prisma's own `tx` joining the lock's transaction.
  */
-import { LockKey, TransactionExpiredError, UnsupportedCapabilityError } from '@lockkit/core';
+import {
+  isLockkitError,
+  LockKey,
+  TransactionExpiredError,
+  UnsupportedCapabilityError,
+} from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import { startHeldGoodbyeProxy } from '@lockkit/test-db/held-goodbye-proxy';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { prismaExecutor } from '../src/index.js';
 import { prismaInstance } from './instances.js';
 
 let admin: pg.Client;
@@ -79,6 +85,24 @@ describe('@lockkit/prisma', () => {
     expect(error).toBeInstanceOf(UnsupportedCapabilityError);
     expect((error as UnsupportedCapabilityError).adapter).toBe('prisma');
     expect((error as Error).message).toMatch(/lease/);
+  });
+
+  it('refuses a transaction client (the tx of $transaction) in place of the PrismaClient at creation, saying what to pass', async () => {
+    const i = make();
+    const seen = await i.prisma.$transaction(async (tx) => {
+      try {
+        prismaExecutor(tx as unknown as Parameters<typeof prismaExecutor>[0]);
+        return { code: 'accepted', message: '' };
+      } catch (error) {
+        return {
+          code: isLockkitError(error) ? error.code : String(error),
+          message: (error as Error).message,
+        };
+      }
+    });
+    expect(seen.code).toBe('OPTION_INVALID');
+    expect(seen.message).toMatch(/transaction client/);
+    expect(seen.message).toMatch(/PrismaClient/);
   });
 
   it("gives the task Prisma's own tx: model writes commit with the lock and roll back with it", async () => {

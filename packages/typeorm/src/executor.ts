@@ -107,6 +107,33 @@ interface Lease {
 }
 
 /**
+ * Refuses, before any SQL, a handle that is not a DataSource: an `EntityManager` (the
+ * DataSource's own `manager`, or a transaction's) or a `QueryRunner` has no `options` and no
+ * `createQueryRunner`, and would fail later as a bare TypeError.
+ */
+function refuseOtherHandle(handle: unknown, name: string): void {
+  const h = (typeof handle === 'object' && handle !== null ? handle : {}) as {
+    options?: unknown;
+    createQueryRunner?: unknown;
+    queryRunner?: unknown;
+    startTransaction?: unknown;
+  };
+  if (typeof h.createQueryRunner === 'function' && typeof h.options === 'object') return;
+  const given =
+    typeof h.startTransaction === 'function'
+      ? 'a QueryRunner'
+      : 'queryRunner' in h
+        ? 'an EntityManager'
+        : handle === null || typeof handle !== 'object'
+          ? String(handle)
+          : `an object of class ${(handle as object).constructor?.name ?? 'Object'}`;
+  throw new LockkitError(
+    'OPTION_INVALID',
+    `The ${name} executor needs the TypeORM DataSource itself, but was given ${given}: pass the DataSource (manager.connection, or queryRunner.connection, is it); lockkit opens its own transactions on connections of its pool.`,
+  );
+}
+
+/**
  * A {@link LockExecutor} over a TypeORM `DataSource` of type `postgres`, initialized before the
  * first lockkit call (each call checks).
  *
@@ -128,6 +155,7 @@ export function typeormExecutor(
   options: TypeOrmExecutorOptions = {},
 ): LockExecutor<EntityManager, QueryRunner> {
   const name = options.name ?? 'typeorm';
+  refuseOtherHandle(dataSource, name);
   if (dataSource.options.type !== 'postgres') {
     throw new LockkitError(
       'OPTION_INVALID',

@@ -128,6 +128,36 @@ describe('the TypeORM executor', () => {
     expect(String(error.message)).toMatch(/initialize/);
   });
 
+  it('refuses an EntityManager or a QueryRunner in place of the DataSource at creation, saying what to pass', async () => {
+    const ds = await dataSource();
+    const runner = ds.createQueryRunner();
+    closers.push(() => runner.release());
+    for (const [given, named] of [
+      [ds.manager, /EntityManager/],
+      [runner, /QueryRunner/],
+    ] as const) {
+      let refusal: unknown;
+      try {
+        typeormExecutor(given as unknown as DataSource);
+      } catch (error) {
+        refusal = error;
+      }
+      expect(isLockkitError(refusal) && refusal.code).toBe('OPTION_INVALID');
+      expect((refusal as Error).message).toMatch(named);
+      expect((refusal as Error).message).toMatch(/DataSource/);
+    }
+    // Inside a transaction: the manager the callback gets is refused the same way.
+    const inside = await ds.transaction(async (manager) => {
+      try {
+        createLockKit(manager as unknown as DataSource);
+        return 'accepted';
+      } catch (error) {
+        return isLockkitError(error) ? error.code : String(error);
+      }
+    });
+    expect(inside).toBe('OPTION_INVALID');
+  });
+
   it('knows a pool of one (poolSize or extra.max) as a single connection', () => {
     const one = new DataSource({ type: 'postgres', url: testDatabaseUrl(), poolSize: 1 });
     const extra = new DataSource({ type: 'postgres', url: testDatabaseUrl(), extra: { max: 1 } });
