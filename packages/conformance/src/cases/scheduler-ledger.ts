@@ -15,6 +15,7 @@ import {
   LockKey,
   type LockkitEvent,
   SCHEDULER_NAMESPACE,
+  SCHEDULER_OUTCOMES,
   type Scheduler,
   type SchedulerEvent,
   type SchedulerOptions,
@@ -341,9 +342,20 @@ export function schedulerLedgerCases<Tx, Session>(
         );
         const failed: SchedulerEvent[] = [];
         a.on('failed', (e) => failed.push(e));
+        // Every event, for the report of a failure.
+        const seen: string[] = [];
+        for (const type of [...SCHEDULER_OUTCOMES, 'error'] as const)
+          a.on(type, (e) =>
+            seen.push(
+              e.type === 'error' || e.type === 'failed'
+                ? `${e.type}(${isLockkitError(e.error) ? e.error.code : e.error instanceof Error ? e.error.message : String(e.error)})`
+                : e.type,
+            ),
+          );
         for (let i = 0; i < 8; i++) await a.runTick('job', at(0));
         // Two attempts (retries: 1) and three give-backs beyond them.
-        expect(calls).toBe(5);
+        const status = await statusOf(schema, 'job', at(0));
+        expect(calls, `handler calls; events: ${seen.join(' ')}; ledger: ${status.join()}`).toBe(5);
         expect(await statusOf(schema, 'job', at(0))).toEqual(['FAILED']);
         expect(failed.map((e) => e.type === 'failed' && e.willRetry)).toEqual([false]);
         await a.stop();
