@@ -122,6 +122,7 @@ export type ConformanceCaseId =
   | 'scheduler.lease-fenced-write-lost-gives-back'
   | 'scheduler.lease-fenced-own-error-fails'
   | 'scheduler.lease-fenced-write-lost-bounded'
+  | 'scheduler.lease-due-row-locked-waits'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'

@@ -1271,9 +1271,13 @@ export class Scheduler<Tx> {
               // (with overlap 'queue' it waits in the ledger instead, where catch-up sees it and
               // the queue keeps its order), then overlaps it; one already in the ledger (due, or
               // its runner gone) waits there for whoever runs next.
+              // No holder: the lease is free, but its row was locked for a moment — a finish in
+              // flight, or a fenced write whose backend is still exiting after its FATAL reached
+              // the client (through PgBouncer it arrives first). Nobody is running the job, so
+              // nobody would run a due tick next: any tick waits for the row, as for a busy job.
+              const rowLockedOnly = lease.holder === undefined;
               if (
-                state.kind === 'free' &&
-                job.settings.overlap === 'skip' &&
+                (rowLockedOnly || (state.kind === 'free' && job.settings.overlap === 'skip')) &&
                 performance.now() < waitUntil
               )
                 return { kind: 'busy' as const };

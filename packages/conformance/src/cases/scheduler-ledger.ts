@@ -22,7 +22,7 @@ import {
   sqlState,
 } from '@lockkit/core';
 import { expect } from 'vitest';
-import { aborted, type ConformanceAdapter, gate } from '../harness.js';
+import { aborted, type ConformanceAdapter, gate, Observer } from '../harness.js';
 import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 
 /** A whole minute far from now: every cron below lines up on it, and no real timer reaches it. */
@@ -361,6 +361,69 @@ export function schedulerLedgerCases<Tx, Session>(
         await a.stop();
       }),
     60_000,
+  );
+
+  test(
+    'scheduler.lease-due-row-locked-waits',
+    "lease mode: a due tick whose claim finds the lease free but its row locked for a moment (a terminated fenced write's backend still exiting, a finish in flight) waits for the row, then runs the tick — it does not leave it PENDING for the next retry timer",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
+        let calls = 0;
+        const lease = { mode: 'lease' as const, lease: { ttlMs: 10_000 } };
+        a.register(
+          'job',
+          '* * * * * *',
+          () => {
+            calls++;
+            throw new Error('first attempt fails');
+          },
+          { ...lease, retries: 1, retryDelayMs: 1000 },
+        );
+        await a.runTick('job', at(0));
+        await a.stop(); // its retry timer goes with it: only B runs the retry
+        expect(await statusOf(schema, 'job', at(0))).toEqual(['PENDING']);
+        clock.set(2); // the retry is due
+        // The row's lock, as a fenced write's dying backend holds it for a moment after its
+        // FATAL reached the client (through PgBouncer, before the backend has exited).
+        const holder = await Observer.connect(f.adapter.observerUrl?.() ?? f.adapter.databaseUrl());
+        let lockHeld = false;
+        try {
+          await holder.query('BEGIN');
+          await holder.query(`SELECT 1 FROM "${schema}".leases FOR KEY SHARE`);
+          lockHeld = true;
+          const claimed = gate();
+          const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
+            // B's first claim has ended (refused: the row is locked) and released the job's lock.
+            if (e.type === 'lock-released') claimed.open();
+          });
+          b.register(
+            'job',
+            '* * * * * *',
+            () => {
+              calls++;
+            },
+            { ...lease, retries: 1, retryDelayMs: 60_000, claimTimeoutMs: 20_000 },
+          );
+          const events: string[] = [];
+          for (const type of [...SCHEDULER_OUTCOMES, 'error'] as const)
+            b.on(type, (e) => events.push(e.type));
+          const run = b.runTick('job', at(0));
+          await Promise.race([claimed.promise, run]);
+          await holder.query('COMMIT');
+          lockHeld = false;
+          await run;
+          expect(calls, `handler calls; B's events: ${events.join(' ')}`).toBe(2);
+          expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
+          await b.stop();
+        } finally {
+          if (lockHeld) await holder.query('ROLLBACK').catch(() => undefined);
+          await holder.close();
+        }
+      }),
+    30_000,
   );
 
   test(
