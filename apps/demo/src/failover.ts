@@ -275,13 +275,23 @@ async function run(
   await untilDecided(pair.standbyUrl, SCHEMA, jobs, window, DRAIN_LIMIT_MS);
   await stopWorkers('SIGTERM');
 
-  return judge(o, pair.standbyUrl, jobs, window, messages, proxy.connections(), lag, lagAtCut, {
-    started,
-    cutAt,
-    killedAt,
-    promotedAt,
-    switchedAt,
-  });
+  return judge(
+    o,
+    pair.standbyUrl,
+    jobs,
+    window,
+    messages,
+    () => proxy.connections(),
+    lag,
+    lagAtCut,
+    {
+      started,
+      cutAt,
+      killedAt,
+      promotedAt,
+      switchedAt,
+    },
+  );
 }
 
 /** The instants (ms) of the first and last judged ticks. */
@@ -298,7 +308,8 @@ async function judge(
   jobs: readonly string[],
   window: { from: number; to: number },
   messages: readonly Message[],
-  proxyConnections: number,
+  /** Links the workers still have open through the proxy, read again at each look for leaks. */
+  proxyConnections: () => number,
   lag: ReplicationLag,
   lagAtCut: ReplicationLag | undefined,
   t: Timeline,
@@ -452,7 +463,8 @@ async function judge(
                 (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'chaos-w%') AS connections`,
       );
       leakedLocks = rows[0]?.locks ?? 0;
-      leakedConnections = (rows[0]?.connections ?? 0) + proxyConnections;
+      // Read at each look: a worker that just exited may not have closed its links yet.
+      leakedConnections = (rows[0]?.connections ?? 0) + proxyConnections();
       if (leakedLocks === 0 && leakedConnections === 0) break;
       await sleep(100);
     }
