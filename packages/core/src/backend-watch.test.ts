@@ -85,6 +85,44 @@ describe('BackendWatch', () => {
     expect(second.fate.aborted).toBe(true);
   });
 
+  it('the round a close during a check adds is for the leases watched at that close, not for later ones', async () => {
+    // Through PgBouncer a cut link's server backend lives on in the pooler's pool: the check after
+    // the cut finds nothing gone and asks again a moment later. A second close in that window adds
+    // a round. Lease `later` got its connection after that close (on a pool of one: the only one):
+    // asking about it, or holding its queries until the check settles, would wait for the
+    // connection it holds — the stall of a scheduler tick through PgBouncer after a cut link.
+    const asked: unknown[][] = [];
+    const first = { pid: 5, fate: new ConnectionFate() };
+    const second = { pid: 7, fate: new ConnectionFate() };
+    const later = { pid: 9, fate: new ConnectionFate() };
+    const laterWaited: boolean[] = [];
+    const secondWaits: boolean[] = [];
+    let stopFirst = () => {};
+    const watch = new BackendWatch(async (_text, params) => {
+      asked.push([...params]);
+      laterWaited.push(watch.settled(later) !== undefined);
+      if (asked.length === 1) {
+        const stopSecond = watch.add(second);
+        secondWaits.push(watch.settled(second) !== undefined);
+        void watch.check(); // second's connection closed while the first check ran
+        // Its connection may be the one that closed: its queries wait for the check.
+        secondWaits.push(watch.settled(second) !== undefined);
+        // Both calls settled with their lost links; then the next call got the connection.
+        stopFirst();
+        stopSecond();
+        watch.add(later);
+        laterWaited.push(watch.settled(later) !== undefined);
+      }
+      return [];
+    });
+    stopFirst = watch.add(first);
+    await watch.check();
+    expect(asked).toEqual([[[5]]]);
+    expect(secondWaits).toEqual([false, true]);
+    expect(laterWaited).toEqual([false, false]);
+    expect(watch.settled(later)).toBeUndefined();
+  });
+
   it("a failed check aborts every lease with onCheckFailure 'abort', none by default", async () => {
     const down = new Error('server unreachable');
     const strict = new BackendWatch(async () => Promise.reject(down), { onCheckFailure: 'abort' });

@@ -49,8 +49,13 @@ export class BackendWatch {
    * one, the only connection, which the check's own question would wait for.
    */
   private scope: ReadonlySet<WatchedBackend> | undefined;
-  /** A check was asked for while one ran: run one more round, for the backends watched then. */
-  private again = false;
+  /**
+   * A check was asked for while one ran (another connection closed): the backends watched at that
+   * moment, for one more round. Not those watched when the round starts: a lease added after that
+   * close got its connection afterwards — on a pool of one, the only connection, which the round's
+   * question would wait for while that lease's queries waited for the check.
+   */
+  private next: Set<WatchedBackend> | undefined;
   private polling = false;
 
   constructor(
@@ -81,10 +86,11 @@ export class BackendWatch {
    * Resolves once no check that concerns `backend` is running (queries on watched connections
    * wait on this); undefined when none is. Without `backend`, any running check. A backend added
    * after a check began need not wait for it: its connection was handed out after the close that
-   * started the check.
+   * started the check (or, for the round a later close added, after that close).
    */
   settled(backend?: WatchedBackend): Promise<void> | undefined {
-    if (backend !== undefined && this.scope?.has(backend) !== true) return undefined;
+    if (backend !== undefined && this.scope?.has(backend) !== true && !this.next?.has(backend))
+      return undefined;
     return this.checking;
   }
 
@@ -96,7 +102,8 @@ export class BackendWatch {
   check(): Promise<void> {
     if (this.watched.size === 0) return Promise.resolve();
     if (this.checking !== undefined) {
-      this.again = true;
+      this.next ??= new Set();
+      for (const backend of this.watched) this.next.add(backend);
       return this.checking;
     }
     this.scope = new Set(this.watched);
@@ -104,16 +111,19 @@ export class BackendWatch {
     // check running and asks for another round.
     this.checking = Promise.resolve()
       .then(async () => {
-        do {
-          this.again = false;
+        for (;;) {
           await this.round();
-          this.scope = new Set(this.watched);
-        } while (this.again && this.watched.size > 0);
+          const next = this.next;
+          this.next = undefined;
+          if (next === undefined) break;
+          this.scope = next;
+        }
       })
       .catch((error: unknown) => this.failed(error))
       .finally(() => {
         this.checking = undefined;
         this.scope = undefined;
+        this.next = undefined;
       });
     return this.checking;
   }
