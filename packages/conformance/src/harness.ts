@@ -123,6 +123,7 @@ export type ConformanceCaseId =
   | 'scheduler.lease-fenced-own-error-fails'
   | 'scheduler.lease-fenced-write-lost-bounded'
   | 'scheduler.lease-due-row-locked-waits'
+  | 'scheduler.lease-queue-row-locked-in-order'
   | 'scheduler.schedule-change'
   | 'scheduler.latest-after-outage'
   | 'scheduler.queue-in-ledger'

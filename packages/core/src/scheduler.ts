@@ -1274,10 +1274,14 @@ export class Scheduler<Tx> {
               // No holder: the lease is free, but its row was locked for a moment — a finish in
               // flight, or a fenced write whose backend is still exiting after its FATAL reached
               // the client (through PgBouncer it arrives first). Nobody is running the job, so
-              // nobody would run a due tick next: any tick waits for the row, as for a busy job.
+              // nobody would run a tick already in the ledger next: it waits for the row, as a
+              // fresh tick waits for a busy job. (A fresh tick with overlap 'queue' is queued in
+              // the ledger instead, as for a busy job: waiting out of sight, catch-up on another
+              // node would record it MISSED and a later tick could run before it.)
               const rowLockedOnly = lease.holder === undefined;
               if (
-                (rowLockedOnly || (state.kind === 'free' && job.settings.overlap === 'skip')) &&
+                ((rowLockedOnly && state.kind !== 'free') ||
+                  (state.kind === 'free' && job.settings.overlap === 'skip')) &&
                 performance.now() < waitUntil
               )
                 return { kind: 'busy' as const };

@@ -427,6 +427,61 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.lease-queue-row-locked-in-order',
+    "lease mode, overlap 'queue': a fresh tick whose claim finds the lease free but its row locked is queued in the ledger at once, not kept waiting out of sight — a later tick's catch-up on another node must not record it MISSED, and the queue runs ticks in order",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const clock = handClock(0);
+        const calls: number[] = [];
+        const claimed = gate();
+        let armed = false; // from tick 1 on: tick 0's run releases the job's lock too
+        const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 }, (e) => {
+          if (armed && e.type === 'lock-released') claimed.open();
+        });
+        const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 });
+        for (const n of [a, b])
+          n.register(
+            'job',
+            '* * * * * *',
+            (run) => {
+              calls.push((run.tick.getTime() - BASE) / 1000);
+            },
+            { mode: 'lease', lease: { ttlMs: 10_000 }, overlap: 'queue', claimTimeoutMs: 20_000 },
+          );
+        await a.runTick('job', at(0)); // the lease row exists, free
+        const holder = await Observer.connect(f.adapter.observerUrl?.() ?? f.adapter.databaseUrl());
+        let lockHeld = false;
+        try {
+          await holder.query('BEGIN');
+          await holder.query(`SELECT 1 FROM "${schema}".leases FOR KEY SHARE`);
+          lockHeld = true;
+          clock.set(1);
+          armed = true;
+          const runA = a.runTick('job', at(1));
+          await Promise.race([claimed.promise, runA]); // A's claim of tick 1 was refused
+          // Queued where catch-up and the queue's order can see it, while the row is still locked.
+          expect(await statusOf(schema, 'job', at(1))).toEqual(['PENDING']);
+          await holder.query('COMMIT');
+          lockHeld = false;
+          clock.set(2);
+          await b.runTick('job', at(2));
+          await runA;
+        } finally {
+          if (lockHeld) await holder.query('ROLLBACK').catch(() => undefined);
+          await holder.close();
+        }
+        const ledger = (await rows(schema, 'job')).map(
+          (r) => `${(new Date(r.tick).getTime() - BASE) / 1000}:${r.status}`,
+        );
+        expect(calls, `ledger: ${ledger.join(' ')}`).toEqual([0, 1, 2]);
+        expect(ledger).toEqual(['0:SUCCEEDED', '1:SUCCEEDED', '2:SUCCEEDED']);
+        await Promise.all([a.stop(), b.stop()]);
+      }),
+    30_000,
+  );
+
+  test(
     'scheduler.lease-fast-clock-waits',
     'lease mode: a node whose clock runs ahead fires the next tick while the previous tick still runs elsewhere; it waits (up to claimTimeoutMs) for that run to end and runs the tick, never recording it skipped',
     () =>
