@@ -226,9 +226,17 @@ export function kyselyExecutor<DB>(
     const fate = new ConnectionFate();
     let running: Promise<unknown> | undefined;
     let unwatch: (() => void) | undefined;
+    // Alone in its pool, the transaction's connection is the one the pool lent last: its close
+    // aborts the transaction at once. The dead-backend check could not: it asks through the pool,
+    // whose only connection the dead transaction still holds until its task gives up.
+    let slot: ReturnType<typeof slotOf> | undefined;
     return db
       .transaction()
       .execute(async (trx) => {
+        if (singleConnection && lent !== undefined) {
+          slot = slotOf(lent);
+          slot.current = fate;
+        }
         const send = sender(trx as unknown as Kysely<never>, fate);
         // The backend to watch: core's opening statements report it (they start with
         // BACKEND_PID), which saves a round trip; after any other first statement, ask.
@@ -253,7 +261,10 @@ export function kyselyExecutor<DB>(
         if (running) await running.catch(() => {});
         throw error;
       })
-      .finally(() => unwatch?.());
+      .finally(() => {
+        unwatch?.();
+        if (slot?.current === fate) slot.current = undefined;
+      });
   }
 
   const executor: LockExecutor<Transaction<DB>, Kysely<DB>> = {

@@ -199,3 +199,46 @@ describe('@lockkit/kysely', () => {
     expect(instance.checkedOut()).toBe(0);
   });
 });
+
+describe('a pool of one, transaction scope', () => {
+  it("the task's signal fires when its backend is terminated while the task runs", async () => {
+    // The dead-backend check asks the server through the pool, whose only connection the dead
+    // transaction still holds: the signal must come from the connection's own close instead.
+    const { locks } = setup(1);
+    const admin = new pg.Client({ connectionString: testDatabaseUrl() });
+    await admin.connect();
+    closers.push(() => admin.end());
+    let pidOf!: (pid: number) => void;
+    const pid = new Promise<number>((resolve) => {
+      pidOf = resolve;
+    });
+    let fired = false;
+    const call = locks
+      .withLock(key(), async (_tx, ctx) => {
+        const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
+        pidOf(Number(row?.pid));
+        // A handler that works until its signal says stop; the watchdog only ends a failing run.
+        await new Promise<void>((resolve) => {
+          let gaveUp = false;
+          const watchdog = setTimeout(() => {
+            gaveUp = true;
+            resolve();
+          }, 10_000);
+          ctx.signal.addEventListener('abort', () => {
+            fired = !gaveUp;
+            clearTimeout(watchdog);
+            resolve();
+          });
+        });
+      })
+      .then(
+        () => 'settled',
+        (error: unknown) => (isLockkitError(error) ? error.code : String(error)),
+      );
+    await admin.query('SELECT pg_terminate_backend($1)', [await pid]);
+    expect(await call).toBe('CONNECTION_LOST');
+    expect(fired, 'the signal fired only after the task had given up').toBe(true);
+    // The pool lends a live connection again.
+    expect(await locks.withLock(key(), () => 'again')).toEqual({ executed: true, result: 'again' });
+  }, 30_000);
+});
