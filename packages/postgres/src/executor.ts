@@ -30,7 +30,7 @@ import {
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
-import { type StaleFatalGuard, staleFatalGuard } from './stale-fatal.js';
+import { isDroppedReserve, type StaleFatalGuard, staleFatalGuard } from './stale-fatal.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
 export interface PostgresResultLike extends ArrayLike<unknown> {
@@ -180,7 +180,16 @@ export function postgresExecutor<R extends PostgresReservedLike>(
 
   async function lease(): Promise<Lease<R>> {
     nested.check();
-    const reserved = await sql.reserve();
+    let reserved: R;
+    for (;;) {
+      try {
+        reserved = await sql.reserve();
+        break;
+      } catch (error) {
+        // A request postgres.js would have dropped when a connection closed: never served.
+        if (!isDroppedReserve(error)) throw error;
+      }
+    }
     const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
     const stop = watch.add(watched);
     const { fate } = watched;

@@ -37,6 +37,22 @@ interface PostgresConnectionLike {
   onclose?: ((error: unknown) => void) | null | undefined;
 }
 
+/**
+ * Marks the rejection of a `sql.reserve()` postgres.js would have dropped (see
+ * {@link staleFatalGuard}'s close hook): the request was never served, so asking again is safe.
+ */
+export const DROPPED_RESERVE = Symbol('lockkit.postgres.droppedReserve');
+
+/** Whether `error` is the rejection of a reserve request postgres.js would have dropped. */
+export const isDroppedReserve = (error: unknown): boolean =>
+  typeof error === 'object' && error !== null && DROPPED_RESERVE in error;
+
+/** A waiting `sql.reserve()` request, as postgres.js queues it. */
+interface PostgresReserveRequestLike {
+  reserve?: unknown;
+  reject?: (error: unknown) => void;
+}
+
 /** A postgres.js query object before it is sent (it is sent on first `then`, unless executed). */
 interface PostgresLazyQueryLike {
   executed?: boolean;
@@ -70,6 +86,37 @@ export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
   let closedIn: PostgresQueueLike | undefined;
   let hook: ((error: unknown) => void) | undefined;
   let previous: ((error: unknown) => void) | null | undefined;
+  // Right after this hook, postgres.js's pool `onclose` reconnects the slot for the first waiting
+  // request, taken off its queue. When that is a `sql.reserve()`, the connection's ReadyForQuery
+  // drops it (it expects the request still queued), so it never settles — on a pool of one every
+  // later call waits behind it. That connect is intercepted (only within this synchronous turn):
+  // the slot is connected with a throwaway query instead, which also takes a stale FATAL, and the
+  // reserve is rejected, marked, for its caller to ask again.
+  const interceptReserve = (c: PostgresConnectionLike) => {
+    const original = c.connect;
+    if (typeof original !== 'function') return;
+    const intercept = (request: unknown) => {
+      c.connect = original;
+      const r = request as PostgresReserveRequestLike | null | undefined;
+      if (typeof r?.reserve !== 'function' || typeof r.reject !== 'function') {
+        original.call(c, request);
+        return;
+      }
+      const query = sql.unsafe('SELECT 1') as PostgresLazyQueryLike;
+      query.executed = true;
+      query.catch(() => {});
+      original.call(c, query);
+      const dropped = Object.assign(
+        new Error('the pooled connection closed while this reserve waited for it; ask again'),
+        { code: 'CONNECTION_CLOSED', [DROPPED_RESERVE]: true },
+      );
+      r.reject(dropped);
+    };
+    c.connect = intercept;
+    queueMicrotask(() => {
+      if (c.connect === intercept) c.connect = original;
+    });
+  };
   return {
     capture: {
       onexecute: (candidate) => {
@@ -81,6 +128,7 @@ export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
             hook = (error) => {
               if (isQueue(c.queue)) closedIn = c.queue;
               if (typeof previous === 'function') previous(error);
+              interceptReserve(c);
             };
             c.onclose = hook;
           }
