@@ -71,6 +71,35 @@ export function schedulerLedgerCases<Tx, Session>(
       10_000,
     );
   /**
+   * Locks the schema's lease rows `FOR KEY SHARE` from a connection of its own and keeps them
+   * locked — as a fenced write's dying backend holds its row for a moment after its FATAL reached
+   * the client (through PgBouncer, before the backend has exited). `release()` commits; `close()`
+   * rolls back if still held, then closes the connection.
+   */
+  const holdLeaseRows = async (schema: string) => {
+    const f = fixture();
+    const holder = await Observer.connect(f.adapter.observerUrl?.() ?? f.adapter.databaseUrl());
+    let held = false;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM "${schema}".leases FOR KEY SHARE`);
+      held = true;
+    } catch (error) {
+      await holder.close();
+      throw error;
+    }
+    return {
+      release: async () => {
+        await holder.query('COMMIT');
+        held = false;
+      },
+      close: async () => {
+        if (held) await holder.query('ROLLBACK').catch(() => undefined);
+        await holder.close();
+      },
+    };
+  };
+  /**
    * Waits (up to 10 s) until one of this test's sessions waits for an advisory lock. Only this
    * test's (its `application_name`): another suite sharing the server has waiters of its own.
    */
@@ -368,7 +397,6 @@ export function schedulerLedgerCases<Tx, Session>(
     "lease mode: a due tick whose claim finds the lease free but its row locked for a moment (a terminated fenced write's backend still exiting, a finish in flight) waits for the row, then runs the tick — it does not leave it PENDING for the next retry timer",
     () =>
       withSchema(async (schema) => {
-        const f = fixture();
         const clock = handClock(0);
         const a = node(schema, { owner: 'a', now: clock.now, catchUpGraceMs: 0 });
         let calls = 0;
@@ -386,14 +414,8 @@ export function schedulerLedgerCases<Tx, Session>(
         await a.stop(); // its retry timer goes with it: only B runs the retry
         expect(await statusOf(schema, 'job', at(0))).toEqual(['PENDING']);
         clock.set(2); // the retry is due
-        // The row's lock, as a fenced write's dying backend holds it for a moment after its
-        // FATAL reached the client (through PgBouncer, before the backend has exited).
-        const holder = await Observer.connect(f.adapter.observerUrl?.() ?? f.adapter.databaseUrl());
-        let lockHeld = false;
+        const leaseRows = await holdLeaseRows(schema);
         try {
-          await holder.query('BEGIN');
-          await holder.query(`SELECT 1 FROM "${schema}".leases FOR KEY SHARE`);
-          lockHeld = true;
           const claimed = gate();
           const b = node(schema, { owner: 'b', now: clock.now, catchUpGraceMs: 0 }, (e) => {
             // B's first claim has ended (refused: the row is locked) and released the job's lock.
@@ -412,15 +434,13 @@ export function schedulerLedgerCases<Tx, Session>(
             b.on(type, (e) => events.push(e.type));
           const run = b.runTick('job', at(0));
           await Promise.race([claimed.promise, run]);
-          await holder.query('COMMIT');
-          lockHeld = false;
+          await leaseRows.release();
           await run;
           expect(calls, `handler calls; B's events: ${events.join(' ')}`).toBe(2);
           expect(await statusOf(schema, 'job', at(0))).toEqual(['SUCCEEDED']);
           await b.stop();
         } finally {
-          if (lockHeld) await holder.query('ROLLBACK').catch(() => undefined);
-          await holder.close();
+          await leaseRows.close();
         }
       }),
     30_000,
@@ -431,7 +451,6 @@ export function schedulerLedgerCases<Tx, Session>(
     "lease mode, overlap 'queue': a fresh tick whose claim finds the lease free but its row locked is queued in the ledger at once, not kept waiting out of sight — a later tick's catch-up on another node must not record it MISSED, and the queue runs ticks in order",
     () =>
       withSchema(async (schema) => {
-        const f = fixture();
         const clock = handClock(0);
         const calls: number[] = [];
         const claimed = gate();
@@ -450,26 +469,20 @@ export function schedulerLedgerCases<Tx, Session>(
             { mode: 'lease', lease: { ttlMs: 10_000 }, overlap: 'queue', claimTimeoutMs: 20_000 },
           );
         await a.runTick('job', at(0)); // the lease row exists, free
-        const holder = await Observer.connect(f.adapter.observerUrl?.() ?? f.adapter.databaseUrl());
-        let lockHeld = false;
+        const leaseRows = await holdLeaseRows(schema);
         try {
-          await holder.query('BEGIN');
-          await holder.query(`SELECT 1 FROM "${schema}".leases FOR KEY SHARE`);
-          lockHeld = true;
           clock.set(1);
           armed = true;
           const runA = a.runTick('job', at(1));
           await Promise.race([claimed.promise, runA]); // A's claim of tick 1 was refused
           // Queued where catch-up and the queue's order can see it, while the row is still locked.
           expect(await statusOf(schema, 'job', at(1))).toEqual(['PENDING']);
-          await holder.query('COMMIT');
-          lockHeld = false;
+          await leaseRows.release();
           clock.set(2);
           await b.runTick('job', at(2));
           await runA;
         } finally {
-          if (lockHeld) await holder.query('ROLLBACK').catch(() => undefined);
-          await holder.close();
+          await leaseRows.close();
         }
         const ledger = (await rows(schema, 'job')).map(
           (r) => `${(new Date(r.tick).getTime() - BASE) / 1000}:${r.status}`,
