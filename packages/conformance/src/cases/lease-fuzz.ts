@@ -19,7 +19,9 @@
  *   or more. A third watches for what starves a live holder: the observer samples the test's
  *   connections waiting on a lock (renewals queued behind rivals' claims, as they used to). A
  *   loss is put down to the holder not being live only when a monitor saw such a stall during the
- *   lost lease's last TTL and no lock wait was sampled then; every other loss is lockkit's. The
+ *   lost lease's last TTL and no lock wait was sampled then while that lease was still valid in
+ *   the database (a wait once it has expired there cannot have made it expire: it is a rival's
+ *   takeover, which the stall allowed); every other loss is lockkit's. The
  *   holder's own path is watched too: every transaction its worker's executor runs (claims,
  *   renewals, fenced writes) is timed from the outside, so a renewal this machine left
  *   unanswered is seen where it happened, not only if the twin happened to be slow at that moment.
@@ -178,15 +180,32 @@ export function leaseFuzzCases<Tx, Session>(
           if (now - expected >= SLOW_MS) stalls.push({ from: expected, to: now });
           expected = now + 5;
         }, 5);
-        const lockWaits: number[] = [];
+        // Each sample: when, what waited, and which leases had already expired in the database
+        // at that instant (a wait then cannot have caused that lease's loss).
+        const lockWaits: { at: number; expired: string[]; what: string }[] = [];
         const lockWaitLoop = (async () => {
           while (probing) {
-            const [row] = await f.observer.query<{ waiting: string }>(
-              `SELECT count(*)::text AS waiting FROM pg_stat_activity
+            const [row] = await f.observer.query<{
+              waiting: string;
+              expired: string[] | null;
+              what: string | null;
+            }>(
+              `SELECT count(*)::text AS waiting,
+                      (SELECT array_agg(job_key) FROM "${schema}".leases
+                        WHERE namespace = $2 AND status = 'IN_PROGRESS'
+                          AND expires_at <= clock_timestamp()) AS expired,
+                      string_agg(DISTINCT wait_event || ': ' || left(query, 50), ' | ') AS what
+                 FROM pg_stat_activity
                 WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-              [f.applicationName],
+              [f.applicationName, namespace],
             );
-            if (Number(row?.waiting) > 0) lockWaits.push(performance.now());
+            if (Number(row?.waiting) > 0) {
+              lockWaits.push({
+                at: performance.now(),
+                expired: row?.expired ?? [],
+                what: row?.what ?? '',
+              });
+            }
             await sleep(5);
           }
         })().catch((error: unknown) => failures.push(error));
@@ -319,12 +338,14 @@ export function leaseFuzzCases<Tx, Session>(
         const lostUpdates =
           increments.memory - inMemory + (increments.database - Number(counters[0]?.total));
         // A loss is put down to the holder when a monitor saw it stall during its last TTL, and
-        // nothing was waiting on a lock meanwhile.
+        // nothing was waiting on a lock meanwhile while its lease was still valid.
         const during = (at: number) => (t: Stall) => t.to >= at - LEASE.ttlMs && t.from <= at;
-        const notLive = (at: number, worker: number) =>
+        const notLive = (at: number, worker: number, job: string) =>
           (stalls.some(during(at)) || (ownStalls[worker] as Stall[]).some(during(at))) &&
-          !lockWaits.some((t) => t >= at - LEASE.ttlMs && t <= at);
-        const liveHolderLosses = losses.filter((l) => !notLive(l.at, l.worker));
+          !lockWaits.some(
+            (t) => t.at >= at - LEASE.ttlMs && t.at <= at && !t.expired.includes(job),
+          );
+        const liveHolderLosses = losses.filter((l) => !notLive(l.at, l.worker, l.job));
         const allStalls = [...stalls, ...ownStalls.flat()];
         const longestStallMs = Math.round(Math.max(0, ...allStalls.map((t) => t.to - t.from)));
         // Fewer runs than planned is the machine's slowness only when the deadline ended the race
@@ -335,7 +356,7 @@ export function leaseFuzzCases<Tx, Session>(
 
         // One line per run, pass or fail: what this machine did to a 200 ms lease.
         console.log(
-          `[${adapter.name}] leases.keep-alive-fuzz: ${completed} runs, ${attempts} claims, ${renewals} renewals; concurrent holders ${concurrentHolders}, lost updates ${lostUpdates}, live holders' losses ${liveHolderLosses.length}; losses while stalled ${losses.length - liveHolderLosses.length}, claims given back ${givenBack}, lock waits sampled ${lockWaits.length}, longest stall ${longestStallMs} ms${deadlineHit ? `; the deadline (${DEADLINE_MS / 1000} s) ended the race after ${completed} of ${WORKERS * RUNS_PER_WORKER} runs` : ''}`,
+          `[${adapter.name}] leases.keep-alive-fuzz: ${completed} runs, ${attempts} claims, ${renewals} renewals; concurrent holders ${concurrentHolders}, lost updates ${lostUpdates}, live holders' losses ${liveHolderLosses.length}; losses while stalled ${losses.length - liveHolderLosses.length}, claims given back ${givenBack}, lock waits sampled ${lockWaits.length} (${lockWaits.filter((t) => t.expired.length > 0).length} with a lease expired in the database${lockWaits.length > 0 ? `; ${[...new Set(lockWaits.map((t) => t.what))].slice(0, 3).join(' / ')}` : ''}), longest stall ${longestStallMs} ms${deadlineHit ? `; the deadline (${DEADLINE_MS / 1000} s) ended the race after ${completed} of ${WORKERS * RUNS_PER_WORKER} runs` : ''}`,
         );
         expect({
           failures,
