@@ -106,9 +106,35 @@ export interface Registration {
  * `domAndDow` when set) the tick belongs to. Catch-up judges only ticks of the job's current schedule.
  */
 export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
-  const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
   // Flat 16 characters, not a slice keeping the whole 64-character digest alive with it.
-  return createHash('sha256').update(reading).digest().toString('hex', 0, 8);
+  return scheduleDigest(cron, timezone, domAndDow).toString('hex', 0, 8);
+}
+
+function scheduleDigest(cron: string, timezone: string, domAndDow: boolean): Buffer {
+  const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
+  return createHash('sha256').update(reading).digest();
+}
+
+/**
+ * {@link scheduleHash} as two 32-bit words written into `row` at `at`: a scheduler's table of
+ * schedules keeps these, not a string per schedule; {@link scheduleHashText} makes the string.
+ */
+export function writeScheduleHash(
+  cron: string,
+  timezone: string,
+  domAndDow: boolean,
+  row: Int32Array,
+  at: number,
+): void {
+  const digest = scheduleDigest(cron, timezone, domAndDow);
+  row[at] = digest.readInt32BE(0);
+  row[at + 1] = digest.readInt32BE(4);
+}
+
+/** The {@link scheduleHash} whose words {@link writeScheduleHash} wrote into `row` at `at`. */
+export function scheduleHashText(row: Int32Array, at: number): string {
+  const hex = (word: number) => ((word as number) >>> 0).toString(16).padStart(8, '0');
+  return hex(row[at] as number) + hex(row[at + 1] as number);
 }
 
 const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);
