@@ -213,7 +213,7 @@ function dayMatches(
 /**
  * The first tick strictly after `after` (ms, from 1970 on) of the mask in `row` at `at`, or NaN
  * when there is none before croner's horizon (year 3000, or 400 years after `after`): croner's
- * `nextRun` in UTC. Allocates nothing but the `Date`s it reads fields with.
+ * `nextRun` in UTC. Allocates nothing (no `Date`: the fields are found by arithmetic).
  *
  * From the first whole second after `after`, each field that does not match moves the candidate
  * to the first instant at which it could (the next month, day, hour, minute), until all match.
@@ -226,14 +226,18 @@ export function maskNextAfter(row: Int32Array, at: number, after: number): numbe
   const secondLow = row[at + SECOND_LOW] as number;
   const secondHigh = row[at + SECOND_HIGH] as number;
   let t = Math.floor(after / 1000) * 1000 + 1000;
-  const firstYear = new Date(t).getUTCFullYear();
+  civil(Math.floor(t / DAY_MS));
+  const firstYear = civilYear;
   for (;;) {
-    const date = new Date(t);
-    const year = date.getUTCFullYear();
-    const month = date.getUTCMonth();
-    const day = date.getUTCDate();
-    const hour = date.getUTCHours();
-    const minute = date.getUTCMinutes();
+    // The candidate's UTC fields by arithmetic, not a Date each (10,000 schedules asked at start).
+    const days = Math.floor(t / DAY_MS);
+    const inDay = t - days * DAY_MS;
+    civil(days);
+    const year = civilYear;
+    const month = civilMonth;
+    const day = civilDay;
+    const hour = Math.floor(inDay / 3_600_000);
+    const minute = Math.floor(inDay / 60_000) % 60;
     if (year >= LAST_YEAR || year - firstYear > YEARS_SEARCHED) return Number.NaN;
     if ((months & (1 << month)) === 0) {
       t = Date.UTC(year, month + 1, 1);
@@ -257,10 +261,36 @@ export function maskNextAfter(row: Int32Array, at: number, after: number): numbe
       t = Date.UTC(year, month, day, hour, m);
       continue;
     }
-    const s = firstFrom(secondLow, secondHigh, date.getUTCSeconds(), 60);
+    const s = firstFrom(secondLow, secondHigh, Math.floor(inDay / 1000) % 60, 60);
     if (s >= 0) return Date.UTC(year, month, day, hour, minute, s);
     t = Date.UTC(year, month, day, hour, minute + 1);
   }
+}
+
+const DAY_MS = 86_400_000;
+
+/** The UTC year, month (0-based) and day of the month {@link civil} found last. */
+let civilYear = 1970;
+let civilMonth = 0;
+let civilDay = 1;
+
+/**
+ * The proleptic Gregorian date of `days` after 1970-01-01 (0 or more), into {@link civilYear},
+ * {@link civilMonth} and {@link civilDay}: Howard Hinnant's `civil_from_days`, what `Date`'s UTC
+ * getters answer, without a `Date`.
+ */
+function civil(days: number): void {
+  const z = days + 719_468;
+  const era = Math.floor(z / 146_097);
+  const doe = z - era * 146_097; // [0, 146096]
+  const yoe = Math.floor(
+    (doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365,
+  ); // [0, 399]
+  const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100)); // [0, 365]
+  const mp = Math.floor((5 * doy + 2) / 153); // [0, 11], from March
+  civilDay = doy - Math.floor((153 * mp + 2) / 5) + 1;
+  civilMonth = mp < 10 ? mp + 2 : mp - 10;
+  civilYear = yoe + era * 400 + (civilMonth <= 1 ? 1 : 0);
 }
 
 /**

@@ -246,10 +246,13 @@ export function checkFiresAfter(
   from: Date,
   job: string,
 ): void {
-  if (schedule.nextRun(from) === null) {
-    throw new LockkitError(
-      'OPTION_INVALID',
-      `job "${job}": "${cron}" has no tick after ${from.toISOString()}: it would never run.`,
-    );
-  }
+  if (schedule.nextRun(from) === null) throw noTickError(cron, from, job);
+}
+
+/** The error of {@link checkFiresAfter}: `cron` has no tick after `from`. */
+export function noTickError(cron: string, from: Date, job: string): LockkitError {
+  return new LockkitError(
+    'OPTION_INVALID',
+    `job "${job}": "${cron}" has no tick after ${from.toISOString()}: it would never run.`,
+  );
 }

@@ -14,6 +14,7 @@ import {
   type ScheduleOptions,
 } from './cron-schedule.js';
 import { scheduleHashText, writeScheduleHash } from './ledger.js';
+import { StringTable } from './string-table.js';
 
 /** Rows the table starts with; it doubles when full. */
 const FIRST_ROWS = 16;
@@ -28,18 +29,26 @@ const FIRST_ROWS = 16;
  * in V8's young generation and copied out of it, and those bytes, counted about twice, grew the
  * young generation's semi-spaces to 8 MB and then 16 MB: most of the process's peak resident set
  * (docs/performance.md). A plain UTC expression (the most common) is now a row of
- * {@link MASK_WORDS} words in one `Int32Array` and its hash two words in another, both off V8's
- * heap; the expression string is the caller's, held in one array. Only an expression croner must
- * read (a named zone, `L`, `W`, `#`, a year) keeps a {@link CronSchedule} of its own.
+ * {@link MASK_WORDS} words in one `Int32Array` and its hash two words in another, its expression
+ * code units in a {@link StringTable}, all off V8's heap; the caller's string is not kept. Only an
+ * expression croner must read (a named zone, `L`, `W`, `#`, a year) keeps a {@link CronSchedule}
+ * of its own.
  */
 export class ScheduleBook {
-  /** By `domAndDow` (index 0 for false, 1 for true), then time zone, then expression: the row. */
-  private readonly byRule = [
-    new Map<string, Map<string, number>>(),
-    new Map<string, Map<string, number>>(),
-  ] as const;
-  /** Each row's expression, as given. */
-  private readonly expressions: string[] = [];
+  /** Each row's expression, as given, kept as code units (see {@link StringTable}). */
+  private readonly expressions = new StringTable();
+  /** The time zones read in, by number (few), and their numbers. */
+  private readonly zones: string[] = [];
+  private readonly zoneNumbers = new Map<string, number>();
+  /** Each row's reading: its zone's number times two, plus one for `domAndDow`. */
+  private readings = new Int32Array(FIRST_ROWS);
+  /**
+   * The rows by reading and expression: open addressing over a hash of both, a slot holding its
+   * row plus one (0 for empty). Not a map of the caller's strings: those would be kept.
+   */
+  private slots = new Int32Array(FIRST_ROWS * 2);
+  /** Each row's hash in the slots, kept so that growing them makes no string. */
+  private rowHashes = new Int32Array(FIRST_ROWS);
   /** Each row's masks ({@link MASK_WORDS} words), when it is a plain UTC expression. */
   private masks = new Int32Array(FIRST_ROWS * MASK_WORDS);
   /** Each row's {@link scheduleHash}, as two words. */
@@ -57,7 +66,7 @@ export class ScheduleBook {
 
   /** How many schedules are booked. */
   get size(): number {
-    return this.expressions.length;
+    return this.expressions.size;
   }
 
   /**
@@ -68,32 +77,57 @@ export class ScheduleBook {
   book(cron: string, options: ScheduleOptions, from: Date): number {
     const domAndDow = options.domAndDow === true;
     const timezone = options.timezone ?? DEFAULT_TIMEZONE;
-    const byZone = this.byRule[domAndDow ? 1 : 0];
-    let byCron = byZone.get(timezone);
-    const booked = byCron?.get(cron);
-    if (booked !== undefined) return booked;
-    const row = this.expressions.length;
-    this.room(row + 1);
+    let zone = this.zoneNumbers.get(timezone);
+    if (zone === undefined) {
+      zone = this.zones.push(timezone) - 1;
+      this.zoneNumbers.set(timezone, zone);
+    }
+    const reading = zone * 2 + (domAndDow ? 1 : 0);
+    const hash = StringTable.hash(cron, Math.imul(reading + 1, 0x9e3779b1));
+    const mask = this.slots.length - 1;
+    let slot = hash & mask;
+    for (; ; slot = (slot + 1) & mask) {
+      const booked = (this.slots[slot] as number) - 1;
+      if (booked < 0) break;
+      if (this.readings[booked] === reading && this.expressions.equals(booked, cron)) return booked;
+    }
+    const row = this.expressions.size;
     const utc = timezone === 'UTC' || timezone === 'Etc/UTC';
+    this.room(row + 1);
     if (utc && readMaskInto(cron, domAndDow, this.masks, row * MASK_WORDS)) {
       this.masked[row] = 1;
     } else {
+      // Throws for an expression croner refuses: nothing is booked then.
       this.cronerRead.set(row, parseSchedule(cron, options, from));
       this.masked[row] = 0;
     }
     writeScheduleHash(cron, timezone, domAndDow, this.hashes, row * 2);
-    this.expressions.push(cron);
-    if (byCron === undefined) {
-      byCron = new Map();
-      byZone.set(timezone, byCron);
-    }
-    byCron.set(cron, row);
+    this.readings[row] = reading;
+    this.rowHashes[row] = hash;
+    this.expressions.add(cron);
+    this.index(row, hash);
     return row;
+  }
+
+  /** Puts `row`, whose reading and expression hash to `hash`, in the slots, growing them. */
+  private index(row: number, hash: number): void {
+    if (2 * (row + 1) > this.slots.length) {
+      this.slots = new Int32Array(this.slots.length * 2);
+      for (let other = 0; other < row; other++) this.place(other, this.rowHashes[other] as number);
+    }
+    this.place(row, hash);
+  }
+
+  private place(row: number, hash: number): void {
+    const mask = this.slots.length - 1;
+    let slot = hash & mask;
+    while (this.slots[slot] !== 0) slot = (slot + 1) & mask;
+    this.slots[slot] = row + 1;
   }
 
   /** The expression of `row`, as given. */
   expression(row: number): string {
-    return this.expressions[row] as string;
+    return this.expressions.get(row);
   }
 
   /** The {@link scheduleHash} of `row`: made when asked, not kept. */
@@ -149,5 +183,11 @@ export class ScheduleBook {
     const masked = new Uint8Array(size);
     masked.set(this.masked);
     this.masked = masked;
+    const readings = new Int32Array(size);
+    readings.set(this.readings);
+    this.readings = readings;
+    const rowHashes = new Int32Array(size);
+    rowHashes.set(this.rowHashes);
+    this.rowHashes = rowHashes;
   }
 }

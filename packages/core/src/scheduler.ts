@@ -17,7 +17,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
+import { type CronSchedule, noTickError } from './cron-schedule.js';
 import {
   CommitRolledBackError,
   isLockkitError,
@@ -38,7 +38,13 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
+import {
+  Ledger,
+  type LedgerJob,
+  type RunRecord,
+  registrationRows,
+  type TickState,
+} from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { ownTransaction } from './own-transaction.js';
 import { ScheduleBook } from './schedule-book.js';
@@ -58,6 +64,7 @@ import {
   RUN_SETTINGS,
   SAVEPOINT,
 } from './sql/scheduler.js';
+import { StringTable } from './string-table.js';
 import { TickTimers } from './tick-timers.js';
 import { WakeQueue } from './wake-queue.js';
 import { timelineSource } from './wal-timeline.js';
@@ -288,6 +295,9 @@ interface JobSettings {
  */
 const MAX_SHARED_SETTINGS = 16;
 
+/** How many handlers one chunk of a scheduler's handler column holds. */
+const HANDLER_CHUNK = 1024;
+
 /** Whether two jobs' settings are the same, lease and catch-up policy included by identity. */
 function sameSettings(a: JobSettings, b: JobSettings): boolean {
   return (
@@ -405,11 +415,12 @@ const INTERRUPTED_GIVE_BACKS = 3;
  */
 export class Scheduler<Tx> {
   /**
-   * The jobs, as rows of columns in registration order: names and handlers (the caller's) in two
-   * arrays, the rest numbers in typed arrays. No object a job (see {@link Job}).
+   * The jobs, as rows of columns in registration order: names as code units (the caller's strings
+   * are not kept, see {@link StringTable}), handlers (the caller's functions) in chunks of
+   * {@link HANDLER_CHUNK}, the rest numbers in typed arrays. No object a job (see {@link Job}).
    */
-  private readonly names: string[] = [];
-  private readonly handlers: JobHandler<Tx>[] = [];
+  private readonly names = new StringTable();
+  private readonly handlers: JobHandler<Tx>[][] = [];
   /** Each job's row in {@link Scheduler.schedules}. */
   private jobSchedules = new Int32Array(16);
   /** Each job's settings, an index into {@link Scheduler.settingsList}. */
@@ -551,10 +562,10 @@ export class Scheduler<Tx> {
     // By the key's numbers alone: two names that hash to one key must collide here.
     const keyId = key.pgLocks.objid | 0;
     const existing = this.byKey.get(keyId);
-    if (existing >= 0 && this.names[existing] === name)
+    if (existing >= 0 && this.names.equals(existing, name))
       throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     if (existing >= 0) {
-      const colliding = this.names[existing];
+      const colliding = this.names.get(existing);
       throw new LockkitError(
         'OPTION_INVALID',
         `job names "${name}" and "${colliding}" hash to the same lock key ${key}: rename one.`,
@@ -599,7 +610,9 @@ export class Scheduler<Tx> {
       options.lease === undefined ? this.ownerOnlyLease : { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
     // The jobs of one schedule ask from nearly the same instant: croner answers the first.
-    checkFiresAfter(this.nextRunOf(schedule), cron, new Date(this.now()), name);
+    const from = this.now();
+    if (Number.isNaN(this.schedules.nextRun(schedule, from)))
+      throw noTickError(cron, new Date(from), name);
     const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
     // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
@@ -630,11 +643,14 @@ export class Scheduler<Tx> {
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
     });
-    const row = this.names.length;
+    const row = this.names.size;
     this.room(row + 1);
-    this.names.push(name);
+    this.names.add(name);
+    // Chunks made at their full length: no array grown (and copied) a job at a time.
+    if (row % HANDLER_CHUNK === 0) this.handlers.push(new Array(HANDLER_CHUNK));
     // The overloads tie the handler's run type to `mode`, the run it gets here.
-    this.handlers.push(handler as JobHandler<Tx>);
+    (this.handlers[this.handlers.length - 1] as JobHandler<Tx>[])[row % HANDLER_CHUNK] =
+      handler as JobHandler<Tx>;
     this.jobSchedules[row] = schedule;
     this.jobSettings[row] = settings;
     this.byKey.set(keyId, row);
@@ -643,16 +659,6 @@ export class Scheduler<Tx> {
       this.schedule(row);
     }
     return this;
-  }
-
-  /** What {@link checkFiresAfter} asks of booked schedule `schedule`. */
-  private nextRunOf(schedule: number): { nextRun(after: Date): Date | null } {
-    return {
-      nextRun: (after) => {
-        const next = this.schedules.nextRun(schedule, after.getTime());
-        return Number.isNaN(next) ? null : new Date(next);
-      },
-    };
   }
 
   /** Grows the jobs' typed columns to hold `rows` rows, doubling. */
@@ -674,12 +680,14 @@ export class Scheduler<Tx> {
     const schedule = this.jobSchedules[row] as number;
     return {
       row,
-      name: this.names[row] as string,
+      name: this.names.get(row),
       hash: this.schedules.hash(schedule),
       key: undefined,
       nameHash: undefined,
       cron: this.schedules.schedule(schedule),
-      handler: this.handlers[row] as JobHandler<Tx>,
+      handler: this.handlers[Math.floor(row / HANDLER_CHUNK)]?.[
+        row % HANDLER_CHUNK
+      ] as JobHandler<Tx>,
       settings: this.settingsList[this.jobSettings[row] as number] as JobSettings,
     };
   }
@@ -687,7 +695,7 @@ export class Scheduler<Tx> {
   /** The row of the job named `name`, or -1. */
   private rowOf(name: string): number {
     const row = this.byKey.get(jobKey(this.lockNamespace, name).pgLocks.objid | 0);
-    return row >= 0 && this.names[row] === name ? row : -1;
+    return row >= 0 && this.names.equals(row, name) ? row : -1;
   }
 
   /**
@@ -749,7 +757,7 @@ export class Scheduler<Tx> {
     this.started = true;
     // A database that is down at start-up is reported by the ticks' `error` events; the
     // registrations are retried with the next heartbeat.
-    this.announced = await this.announce(0, this.names.length).then(
+    this.announced = await this.announce(0, this.names.size).then(
       () => true,
       () => false,
     );
@@ -871,7 +879,7 @@ export class Scheduler<Tx> {
       }
       run = [];
     };
-    for (let row = 0; row < this.names.length; row++) {
+    for (let row = 0; row < this.names.size; row++) {
       if (this.jobTimers[row] !== -1) continue;
       const settings = this.settingsList[this.jobSettings[row] as number] as JobSettings;
       if (settings.jitterMs !== 0) {
@@ -903,29 +911,27 @@ export class Scheduler<Tx> {
   private async announce(from: number, to: number): Promise<void> {
     for (let first = from; first < to; first += ANNOUNCE_BATCH) {
       const end = Math.min(to, first + ANNOUNCE_BATCH);
-      const batch: { name: string; hash: string; cron: string; timezone: string }[] = [];
-      for (let row = first; row < end; row++) {
+      const rows = registrationRows(first, end, (row, into) => {
         const schedule = this.jobSchedules[row] as number;
-        const settings = this.settingsList[this.jobSettings[row] as number] as JobSettings;
-        batch.push({
-          name: this.names[row] as string,
-          hash: this.schedules.hash(schedule),
-          cron: this.schedules.expression(schedule),
-          timezone: settings.timezone,
-        });
-      }
-      const conflicting = await this.query((q) => this.ledger.registerMany(q, batch));
-      for (let i = 0; i < batch.length; i++) {
-        const name = (batch[i] as { name: string }).name;
-        this.reportConflict(first + i, conflicting.get(name) ?? []);
-      }
+        into.job = this.names.get(row);
+        into.cron = this.schedules.expression(schedule);
+        into.timezone = (
+          this.settingsList[this.jobSettings[row] as number] as JobSettings
+        ).timezone;
+        into.hash = this.schedules.hash(schedule);
+      });
+      const conflicting = await this.query((q) => this.ledger.registerMany(q, rows));
+      // Usually none: then no job of the batch has a conflict to report or to clear.
+      if (conflicting.size === 0 && this.conflicts.size === 0) continue;
+      for (let row = first; row < end; row++)
+        this.reportConflict(row, conflicting.get(this.names.get(row)) ?? []);
     }
   }
 
   /** Refreshes the registrations (or makes them, if start() could not) and looks for conflicts. */
   private async heartbeat(): Promise<void> {
     if (!this.announced) {
-      await this.announce(0, this.names.length);
+      await this.announce(0, this.names.size);
       this.announced = true;
       return;
     }
@@ -933,8 +939,8 @@ export class Scheduler<Tx> {
       await this.ledger.heartbeat(q);
       return this.ledger.conflictedJobs(q);
     });
-    for (let row = 0; row < this.names.length; row++) {
-      if (!conflicted.has(this.names[row] as string)) this.conflicts.delete(row);
+    for (let row = 0; row < this.names.size; row++) {
+      if (!conflicted.has(this.names.get(row))) this.conflicts.delete(row);
       else {
         const job = this.jobAt(row);
         this.reportConflict(row, await this.query((q) => this.ledger.registrations(q, job)));
@@ -952,7 +958,7 @@ export class Scheduler<Tx> {
     if (signature !== undefined && signature !== this.conflicts.get(row)) {
       this.emit({
         type: 'schedule-conflict',
-        job: this.names[row] as string,
+        job: this.names.get(row),
         schedules: live.map(({ owner, cron, timezone }) => ({ owner, cron, timezone })),
       });
     }
@@ -1539,7 +1545,7 @@ export class Scheduler<Tx> {
   }
 
   private async prune(): Promise<void> {
-    for (let row = 0; row < this.names.length; row++) {
+    for (let row = 0; row < this.names.size; row++) {
       const job = this.jobAt(row);
       await this.query((q) => this.ledger.prune(q, job, this.retentionMs)).catch(() => {});
     }
