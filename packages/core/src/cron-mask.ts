@@ -6,8 +6,8 @@
  * year table (~80 KB). Sharing the tables afterwards (`cron-tables.ts`) keeps that from being held,
  * but not from being allocated: registering 10,000 distinct schedules made 800 MB of garbage, whose
  * scavenges grew V8's young generation and the process's peak resident set by tens of MB. A
- * {@link CronMask} is a few numbers; reading one and answering its next tick allocate nothing but
- * the answer.
+ * {@link CronMask} is a few numbers (a row of a scheduler's table of schedules); reading one and
+ * answering its next tick allocate nothing that is kept.
  *
  * It reads only what it reads exactly as croner does, and says `undefined` for the rest (names,
  * nicknames, `L`, `W`, `#`, `+`, a year field, anything croner would refuse), which then goes to
@@ -118,25 +118,190 @@ function weekdayOf(year: number, month: number, day: number): number {
 }
 
 /**
+ * How many 32-bit words a mask takes in a table row (see {@link readMaskInto}): the second's and
+ * minute's two halves each, the hours, days, months and weekdays, and the day-field flags.
+ */
+export const MASK_WORDS = 9;
+
+/** Word offsets in a mask row. */
+const SECOND_LOW = 0;
+const SECOND_HIGH = 1;
+const MINUTE_LOW = 2;
+const MINUTE_HIGH = 3;
+const HOURS = 4;
+const DAYS = 5;
+const MONTHS = 6;
+const WEEKDAYS = 7;
+const FLAGS = 8;
+/** Flags: the day of month was written `*` (croner's `starDOM`). */
+const ANY_DAY = 1;
+/** The day of week was written `*` (croner's `starDOW`). */
+const ANY_WEEKDAY = 2;
+/** Both day fields must match (croner's `domAndDow`), else either, when neither is `*`. */
+const DOM_AND_DOW = 4;
+
+/**
+ * Reads `expression` as croner would in UTC into the {@link MASK_WORDS} words of `row` from
+ * `at`, and answers whether it could: `false` when it is not one this reads (then croner must: it
+ * may still be valid, or croner refuses it), and `row` is left as it was. A scheduler keeps its
+ * schedules' masks as rows of one table: no object per schedule (docs/performance.md).
+ */
+export function readMaskInto(
+  expression: string,
+  domAndDow: boolean,
+  row: Int32Array,
+  at: number,
+): boolean {
+  if (typeof expression !== 'string') return false;
+  const fields = expression.trim().split(/\s+/);
+  if (fields.length === 5) fields.unshift('0');
+  if (fields.length !== 6) return false;
+  // croner reads `?` as `*` anywhere; alone in a field is all this reads.
+  const text = fields.map((f) => (f === '?' ? '*' : f));
+  const [s = '', m = '', h = '', dom = '', mon = '', dow = ''] = text;
+  const second = readField(s, SECOND, false);
+  const minute = readField(m, MINUTE, false);
+  const hour = readField(h, HOUR, false);
+  const day = readField(dom, DAY, false);
+  const month = readField(mon, MONTH, false);
+  const weekday = readField(dow, WEEKDAY, true);
+  if (
+    second === undefined ||
+    minute === undefined ||
+    hour === undefined ||
+    day === undefined ||
+    month === undefined ||
+    weekday === undefined
+  ) {
+    return false;
+  }
+  row[at + SECOND_LOW] = second[0];
+  row[at + SECOND_HIGH] = second[1];
+  row[at + MINUTE_LOW] = minute[0];
+  row[at + MINUTE_HIGH] = minute[1];
+  row[at + HOURS] = hour[0];
+  row[at + DAYS] = day[0] | (day[1] << 30);
+  row[at + MONTHS] = month[0];
+  row[at + WEEKDAYS] = weekday[0];
+  row[at + FLAGS] =
+    (dom === '*' ? ANY_DAY : 0) | (dow === '*' ? ANY_WEEKDAY : 0) | (domAndDow ? DOM_AND_DOW : 0);
+  return true;
+}
+
+/** Whether the mask in `row` at `at` was read with the day-field rule `domAndDow`. */
+export function maskDomAndDow(row: Int32Array, at: number): boolean {
+  return ((row[at + FLAGS] as number) & DOM_AND_DOW) !== 0;
+}
+
+/** Whether day `day` of `month` (0-based) of `year` is one of the days of the mask at `at`. */
+function dayMatches(
+  row: Int32Array,
+  at: number,
+  year: number,
+  month: number,
+  day: number,
+): boolean {
+  const flags = row[at + FLAGS] as number;
+  const onDay = ((row[at + DAYS] as number) & (1 << (day - 1))) !== 0;
+  if ((flags & ANY_WEEKDAY) !== 0) return onDay;
+  const onWeekday = ((row[at + WEEKDAYS] as number) & (1 << weekdayOf(year, month, day))) !== 0;
+  return (flags & DOM_AND_DOW) === 0 && (flags & ANY_DAY) === 0
+    ? onDay || onWeekday
+    : onDay && onWeekday;
+}
+
+/**
+ * The first tick strictly after `after` (ms, from 1970 on) of the mask in `row` at `at`, or NaN
+ * when there is none before croner's horizon (year 3000, or 400 years after `after`): croner's
+ * `nextRun` in UTC. Allocates nothing (no `Date`: the fields are found by arithmetic).
+ *
+ * From the first whole second after `after`, each field that does not match moves the candidate
+ * to the first instant at which it could (the next month, day, hour, minute), until all match.
+ */
+export function maskNextAfter(row: Int32Array, at: number, after: number): number {
+  const months = row[at + MONTHS] as number;
+  const hours = row[at + HOURS] as number;
+  const minuteLow = row[at + MINUTE_LOW] as number;
+  const minuteHigh = row[at + MINUTE_HIGH] as number;
+  const secondLow = row[at + SECOND_LOW] as number;
+  const secondHigh = row[at + SECOND_HIGH] as number;
+  let t = Math.floor(after / 1000) * 1000 + 1000;
+  civil(Math.floor(t / DAY_MS));
+  const firstYear = civilYear;
+  for (;;) {
+    // The candidate's UTC fields by arithmetic, not a Date each (10,000 schedules asked at start).
+    const days = Math.floor(t / DAY_MS);
+    const inDay = t - days * DAY_MS;
+    civil(days);
+    const year = civilYear;
+    const month = civilMonth;
+    const day = civilDay;
+    const hour = Math.floor(inDay / 3_600_000);
+    const minute = Math.floor(inDay / 60_000) % 60;
+    if (year >= LAST_YEAR || year - firstYear > YEARS_SEARCHED) return Number.NaN;
+    if ((months & (1 << month)) === 0) {
+      t = Date.UTC(year, month + 1, 1);
+      continue;
+    }
+    const h = dayMatches(row, at, year, month, day) ? firstFrom(hours, 0, hour, 24) : -1;
+    if (h < 0) {
+      t = Date.UTC(year, month, day + 1);
+      continue;
+    }
+    if (h > hour) {
+      t = Date.UTC(year, month, day, h);
+      continue;
+    }
+    const m = firstFrom(minuteLow, minuteHigh, minute, 60);
+    if (m < 0) {
+      t = Date.UTC(year, month, day, hour + 1);
+      continue;
+    }
+    if (m > minute) {
+      t = Date.UTC(year, month, day, hour, m);
+      continue;
+    }
+    const s = firstFrom(secondLow, secondHigh, Math.floor(inDay / 1000) % 60, 60);
+    if (s >= 0) return Date.UTC(year, month, day, hour, minute, s);
+    t = Date.UTC(year, month, day, hour, minute + 1);
+  }
+}
+
+const DAY_MS = 86_400_000;
+
+/** The UTC year, month (0-based) and day of the month {@link civil} found last. */
+let civilYear = 1970;
+let civilMonth = 0;
+let civilDay = 1;
+
+/**
+ * The proleptic Gregorian date of `days` after 1970-01-01 (0 or more), into {@link civilYear},
+ * {@link civilMonth} and {@link civilDay}: Howard Hinnant's `civil_from_days`, what `Date`'s UTC
+ * getters answer, without a `Date`.
+ */
+function civil(days: number): void {
+  const z = days + 719_468;
+  const era = Math.floor(z / 146_097);
+  const doe = z - era * 146_097; // [0, 146096]
+  const yoe = Math.floor(
+    (doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365,
+  ); // [0, 399]
+  const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100)); // [0, 365]
+  const mp = Math.floor((5 * doy + 2) / 153); // [0, 11], from March
+  civilDay = doy - Math.floor((153 * mp + 2) / 5) + 1;
+  civilMonth = mp < 10 ? mp + 2 : mp - 10;
+  civilYear = yoe + era * 400 + (civilMonth <= 1 ? 1 : 0);
+}
+
+/**
  * A cron expression of numbers, `*`, ranges, steps and lists (5 or 6 fields), read in UTC as croner
- * reads it with the given day-field rule: its fields as bit masks, a few numbers in all.
+ * reads it with the given day-field rule: its fields as bit masks, one row of {@link MASK_WORDS}
+ * words, in a table of its own or, as a view, in a scheduler's table of schedules.
  */
 export class CronMask {
   private constructor(
-    private readonly secondLow: number,
-    private readonly secondHigh: number,
-    private readonly minuteLow: number,
-    private readonly minuteHigh: number,
-    private readonly hours: number,
-    private readonly days: number,
-    private readonly months: number,
-    private readonly weekdays: number,
-    /** The day of month was written `*` (croner's `starDOM`). */
-    private readonly anyDay: boolean,
-    /** The day of week was written `*` (croner's `starDOW`). */
-    private readonly anyWeekday: boolean,
-    /** Both day fields must match (croner's `domAndDow`), else either, when neither is `*`. */
-    private readonly domAndDow: boolean,
+    private readonly row: Int32Array,
+    private readonly at: number,
   ) {}
 
   /**
@@ -144,95 +309,24 @@ export class CronMask {
    * reads (then croner must: it may still be valid, or croner refuses it).
    */
   static read(expression: string, domAndDow: boolean): CronMask | undefined {
-    if (typeof expression !== 'string') return undefined;
-    const fields = expression.trim().split(/\s+/);
-    if (fields.length === 5) fields.unshift('0');
-    if (fields.length !== 6) return undefined;
-    // croner reads `?` as `*` anywhere; alone in a field is all this reads.
-    const text = fields.map((f) => (f === '?' ? '*' : f));
-    const [s = '', m = '', h = '', dom = '', mon = '', dow = ''] = text;
-    const second = readField(s, SECOND, false);
-    const minute = readField(m, MINUTE, false);
-    const hour = readField(h, HOUR, false);
-    const day = readField(dom, DAY, false);
-    const month = readField(mon, MONTH, false);
-    const weekday = readField(dow, WEEKDAY, true);
-    if (
-      second === undefined ||
-      minute === undefined ||
-      hour === undefined ||
-      day === undefined ||
-      month === undefined ||
-      weekday === undefined
-    ) {
-      return undefined;
-    }
-    return new CronMask(
-      second[0],
-      second[1],
-      minute[0],
-      minute[1],
-      hour[0],
-      day[0] | (day[1] << 30),
-      month[0],
-      weekday[0],
-      dom === '*',
-      dow === '*',
-      domAndDow,
-    );
+    const row = new Int32Array(MASK_WORDS);
+    return readMaskInto(expression, domAndDow, row, 0) ? new CronMask(row, 0) : undefined;
   }
 
-  /** Whether day `day` of `month` (0-based) of `year` is one of the schedule's days. */
-  private dayMatches(year: number, month: number, day: number): boolean {
-    const onDay = (this.days & (1 << (day - 1))) !== 0;
-    if (this.anyWeekday) return onDay;
-    const onWeekday = (this.weekdays & (1 << weekdayOf(year, month, day))) !== 0;
-    return !this.domAndDow && !this.anyDay ? onDay || onWeekday : onDay && onWeekday;
+  /**
+   * The mask written in `row` at `at` by {@link readMaskInto}, read in place: rows are never
+   * written again, so a table grown since (a copy) still holds the same words here.
+   */
+  static at(row: Int32Array, at: number): CronMask {
+    return new CronMask(row, at);
   }
 
   /**
    * The first tick strictly after `after` (ms, from 1970 on), or `null` when there is none before
    * croner's horizon (year 3000, or 400 years after `after`): croner's `nextRun` in UTC.
-   *
-   * From the first whole second after `after`, each field that does not match moves the candidate
-   * to the first instant at which it could (the next month, day, hour, minute), until all match.
    */
   nextAfter(after: number): number | null {
-    let t = Math.floor(after / 1000) * 1000 + 1000;
-    const firstYear = new Date(t).getUTCFullYear();
-    for (;;) {
-      const at = new Date(t);
-      const year = at.getUTCFullYear();
-      const month = at.getUTCMonth();
-      const day = at.getUTCDate();
-      const hour = at.getUTCHours();
-      const minute = at.getUTCMinutes();
-      if (year >= LAST_YEAR || year - firstYear > YEARS_SEARCHED) return null;
-      if ((this.months & (1 << month)) === 0) {
-        t = Date.UTC(year, month + 1, 1);
-        continue;
-      }
-      const h = this.dayMatches(year, month, day) ? firstFrom(this.hours, 0, hour, 24) : -1;
-      if (h < 0) {
-        t = Date.UTC(year, month, day + 1);
-        continue;
-      }
-      if (h > hour) {
-        t = Date.UTC(year, month, day, h);
-        continue;
-      }
-      const m = firstFrom(this.minuteLow, this.minuteHigh, minute, 60);
-      if (m < 0) {
-        t = Date.UTC(year, month, day, hour + 1);
-        continue;
-      }
-      if (m > minute) {
-        t = Date.UTC(year, month, day, hour, m);
-        continue;
-      }
-      const s = firstFrom(this.secondLow, this.secondHigh, at.getUTCSeconds(), 60);
-      if (s >= 0) return Date.UTC(year, month, day, hour, minute, s);
-      t = Date.UTC(year, month, day, hour, minute + 1);
-    }
+    const next = maskNextAfter(this.row, this.at, after);
+    return Number.isNaN(next) ? null : next;
   }
 }

@@ -228,6 +228,14 @@ export function parseSchedule(
 }
 
 /**
+ * The schedule of a plain UTC expression already read into `mask` (a row of a scheduler's table
+ * of schedules, `schedule-book.ts`): what {@link parseSchedule} answers for it, made on demand.
+ */
+export function maskedSchedule(cron: string, domAndDow: boolean, mask: CronMask): CronSchedule {
+  return new CronSchedule(cron, cronSettings({ domAndDow }), mask);
+}
+
+/**
  * Refuses a schedule with no tick after `from`: one that can never fire (`0 0 0 30 2 *`,
  * `0 0 0 31 4 *`) or whose last tick is past (a 7-field expression with a past year).
  * @throws LockkitError `OPTION_INVALID`
@@ -238,10 +246,13 @@ export function checkFiresAfter(
   from: Date,
   job: string,
 ): void {
-  if (schedule.nextRun(from) === null) {
-    throw new LockkitError(
-      'OPTION_INVALID',
-      `job "${job}": "${cron}" has no tick after ${from.toISOString()}: it would never run.`,
-    );
-  }
+  if (schedule.nextRun(from) === null) throw noTickError(cron, from, job);
+}
+
+/** The error of {@link checkFiresAfter}: `cron` has no tick after `from`. */
+export function noTickError(cron: string, from: Date, job: string): LockkitError {
+  return new LockkitError(
+    'OPTION_INVALID',
+    `job "${job}": "${cron}" has no tick after ${from.toISOString()}: it would never run.`,
+  );
 }

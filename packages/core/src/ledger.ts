@@ -13,10 +13,9 @@
  *
  * @packageDocumentation
  */
-import { createHash } from 'node:crypto';
 import type { CronSchedule } from './cron-schedule.js';
 import type { QueryFn } from './executor.js';
-import type { LockKey } from './keys.js';
+import { type LockKey, sha256 } from './keys.js';
 import { refuseInRecovery } from './lock-engine.js';
 import type { Statement } from './sql/locks.js';
 import {
@@ -102,13 +101,69 @@ export interface Registration {
 }
 
 /**
+ * The JSON text of jobs' registrations that {@link Ledger.registerMany} takes: an array of
+ * `[job, cron, timezone, hash]`, one per row `from` ≤ row < `to`, as `row(i)` writes them into
+ * `into` (reused for each, so that no object is made a job). One text for both statements. A
+ * scheduler sends 10,000 jobs' worth at start, and whatever a statement's parameters reach lives
+ * on, as garbage V8 still copies, while a dead promoted frame of the statement refers to it: named
+ * fields, a text of the names besides, and an object and strings a job for it made the start's
+ * young-generation survivors twice as many (docs/performance.md).
+ */
+export function registrationRows(
+  from: number,
+  to: number,
+  row: (index: number, into: RegistrationRow) => void,
+): string {
+  const into: RegistrationRow = { job: '', cron: '', timezone: '', hash: '' };
+  const parts: string[] = [];
+  for (let i = from; i < to; i++) {
+    row(i, into);
+    parts.push(JSON.stringify([into.job, into.cron, into.timezone, into.hash]));
+  }
+  return `[${parts.join(',')}]`;
+}
+
+/** One job's registration, as {@link registrationRows} asks for it. */
+export interface RegistrationRow {
+  job: string;
+  cron: string;
+  timezone: string;
+  hash: string;
+}
+
+/**
  * The hash stored with every ledger row: which schedule (cron expression, time zone, and
  * `domAndDow` when set) the tick belongs to. Catch-up judges only ticks of the job's current schedule.
  */
 export function scheduleHash(cron: string, timezone: string, domAndDow = false): string {
-  const reading = `${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`;
   // Flat 16 characters, not a slice keeping the whole 64-character digest alive with it.
-  return createHash('sha256').update(reading).digest().toString('hex', 0, 8);
+  return scheduleDigest(cron, timezone, domAndDow).toString('hex', 0, 8);
+}
+
+function scheduleDigest(cron: string, timezone: string, domAndDow: boolean): Buffer {
+  return sha256(`${timezone}\n${cron}${domAndDow ? '\ndom-and-dow' : ''}`);
+}
+
+/**
+ * {@link scheduleHash} as two 32-bit words written into `row` at `at`: a scheduler's table of
+ * schedules keeps these, not a string per schedule; {@link scheduleHashText} makes the string.
+ */
+export function writeScheduleHash(
+  cron: string,
+  timezone: string,
+  domAndDow: boolean,
+  row: Int32Array,
+  at: number,
+): void {
+  const digest = scheduleDigest(cron, timezone, domAndDow);
+  row[at] = digest.readInt32BE(0);
+  row[at + 1] = digest.readInt32BE(4);
+}
+
+/** The {@link scheduleHash} whose words {@link writeScheduleHash} wrote into `row` at `at`. */
+export function scheduleHashText(row: Int32Array, at: number): string {
+  const hex = (word: number) => ((word as number) >>> 0).toString(16).padStart(8, '0');
+  return hex(row[at] as number) + hex(row[at + 1] as number);
 }
 
 const rowsOf = async (query: QueryFn, s: Statement) => query(s.text, s.params);
@@ -347,23 +402,17 @@ export class Ledger {
   }
 
   /**
-   * Registers this instance's schedules of `jobs` (no job twice) in two statements, whatever their
-   * number; returns, by job name, the live registrations of those of them that live instances
-   * registered under more than one schedule (a job with one schedule is not in the map). The
-   * caller bounds the batch: its JSON is one parameter.
+   * Registers this instance's schedules of many jobs (no job twice) in two statements, whatever
+   * their number; returns, by job name, the live registrations of those of them that live
+   * instances registered under more than one schedule (a job with one schedule is not in the
+   * map). `rows` is their JSON, made by {@link registrationRows}; the caller bounds the batch: it
+   * is one parameter.
    */
-  async registerMany(
-    query: QueryFn,
-    jobs: readonly (LedgerJob & { readonly cron: string; readonly timezone: string })[],
-  ): Promise<Map<string, Registration[]>> {
-    const rows = JSON.stringify(
-      jobs.map((j) => ({ job: j.name, cron: j.cron, timezone: j.timezone, hash: j.hash })),
-    );
+  async registerMany(query: QueryFn, rows: string): Promise<Map<string, Registration[]>> {
     await rowsOf(query, registerSchedulesStatement(this.scope, this.owner, rows));
-    const names = JSON.stringify(jobs.map((j) => j.name));
     const conflicting = await rowsOf(
       query,
-      conflictingRegistrationsStatement(this.scope, names, REGISTRATION_LIVE_MS),
+      conflictingRegistrationsStatement(this.scope, rows, REGISTRATION_LIVE_MS),
     );
     const byJob = new Map<string, Registration[]>();
     for (const r of conflicting) {

@@ -3,9 +3,12 @@
  * between them, however many there are (a Node `Timeout` and a closure each cost ~250 bytes a
  * job), and the docs' memory figures (docs/performance.md) come from `pnpm bench --memory`.
  */
+import { queryObjects, setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { SimulatedClock } from './clock.js';
-import { cronerParseCount, heldParseCount, RECENT_PARSES } from './cron-schedule.js';
+import { CronMask } from './cron-mask.js';
+import { CronSchedule, cronerParseCount, heldParseCount, RECENT_PARSES } from './cron-schedule.js';
 import type { LockClient } from './lock.js';
 import { createScheduler } from './scheduler.js';
 
@@ -41,7 +44,7 @@ describe('scheduler footprint', () => {
     });
     await scheduler.start();
     // One timer for the 300, one for the jittered job, one for the other schedule.
-    expect((scheduler as unknown as { wakeQueue: { size: number } }).wakeQueue.size).toBe(3);
+    expect((scheduler as unknown as { timers: { size: number } }).timers.size).toBe(3);
     // Each tick is each job's own: with no database, each job reports its own failed tick.
     await clock.advanceTo(Date.UTC(2027, 0, 1, 13, 0, 5));
     await new Promise((r) => setTimeout(r, 50));
@@ -75,6 +78,40 @@ describe('scheduler footprint', () => {
     expect(heldParseCount()).toBe(0);
     await clock.advanceTo(Date.UTC(2027, 0, 2, 4, 15));
     expect(heldParseCount()).toBeLessThanOrEqual(RECENT_PARSES);
+    await scheduler.stop({ timeoutMs: 100 });
+  });
+
+  it('distinct schedules and their jobs are rows of tables, not objects each', async () => {
+    // What a scheduler keeps, it first allocates in V8's young generation and copies out of it:
+    // an object per schedule or per job counted twice towards growing the young generation, whose
+    // semi-spaces made most of the peak resident set with 10,000 distinct schedules
+    // (docs/performance.md). Live objects are counted here, each kind against a bound that does
+    // not grow with the jobs: the recent views and parses (RECENT_PARSES) at most.
+    const clock = new SimulatedClock(Date.UTC(2027, 0, 1, 12));
+    const scheduler = createScheduler(locks, { clock });
+    const jobs = 3 * RECENT_PARSES;
+    for (let j = 0; j < jobs; j++)
+      scheduler.register(`row-${j}`, `${j % 60} ${Math.floor(j / 60)} 4 * * *`, () => {});
+    await scheduler.start();
+    // A full GC first, so that only what is held is counted (vitest runs without --expose-gc).
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const count = (ctor: { prototype: object }): number => {
+      gc();
+      return queryObjects(ctor as never, { format: 'count' }) as number;
+    };
+    expect(count(CronMask)).toBeLessThanOrEqual(RECENT_PARSES);
+    expect(count(CronSchedule)).toBeLessThanOrEqual(RECENT_PARSES);
+    // Every object held (all have Object.prototype in their chain), before and after as many
+    // jobs again on distinct schedules, registered after start() (each then timed at once), all
+    // with one handler: the names are strings, so what grows is what the scheduler keeps.
+    const handler = () => {};
+    const before = count(Object);
+    for (let j = jobs; j < 2 * jobs; j++)
+      scheduler.register(`row-${j}`, `${j % 60} ${Math.floor(j / 60) % 60} 5 * * *`, handler);
+    // Each registration after start() announces its job (refused here): let those settle.
+    await new Promise((r) => setTimeout(r, 20));
+    expect(count(Object) - before).toBeLessThan(jobs / 8);
     await scheduler.stop({ timeoutMs: 100 });
   });
 });

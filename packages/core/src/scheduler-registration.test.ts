@@ -36,8 +36,13 @@ describe('schedule reading', () => {
   it('registers a job without a timezone on UTC ticks', () => {
     const s = createScheduler(locks, { clock: at('2027-01-01T12:00:00Z') });
     s.register('daily', '0 0 3 * * *', noop);
-    const job = (s as unknown as { jobs: Map<string, { cron: { nextRun(d: Date): Date } }> }).jobs;
-    expect(job.get('daily')?.cron.nextRun(new Date('2027-01-01T12:00:00Z')).toISOString()).toBe(
+    // The job as a tick reads it, made from its row (the scheduler keeps rows, not job objects).
+    const internals = s as unknown as {
+      rowOf(name: string): number;
+      jobAt(row: number): { cron: { nextRun(d: Date): Date } };
+    };
+    const job = internals.jobAt(internals.rowOf('daily'));
+    expect(job.cron.nextRun(new Date('2027-01-01T12:00:00Z')).toISOString()).toBe(
       '2027-01-02T03:00:00.000Z',
     );
   });

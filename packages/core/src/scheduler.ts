@@ -17,7 +17,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { type Clock, type ClockTimer, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
-import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
+import { type CronSchedule, noTickError } from './cron-schedule.js';
 import {
   CommitRolledBackError,
   isLockkitError,
@@ -26,6 +26,7 @@ import {
   LockTimeoutError,
 } from './errors.js';
 import type { QueryFn } from './executor.js';
+import { JobIndex } from './job-index.js';
 import { jobKey } from './job-name.js';
 import { LockKey } from './keys.js';
 import {
@@ -37,10 +38,16 @@ import {
   type LeaseOptions,
   leaseSettings,
 } from './lease.js';
-import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
+import {
+  Ledger,
+  type LedgerJob,
+  type RunRecord,
+  registrationRows,
+  type TickState,
+} from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { ownTransaction } from './own-transaction.js';
-import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
+import { ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import {
@@ -57,7 +64,8 @@ import {
   RUN_SETTINGS,
   SAVEPOINT,
 } from './sql/scheduler.js';
-import { TickTimer, type TickTimerOptions } from './tick-timer.js';
+import { StringTable } from './string-table.js';
+import { TickTimers } from './tick-timers.js';
 import { WakeQueue } from './wake-queue.js';
 import { timelineSource } from './wal-timeline.js';
 
@@ -244,29 +252,23 @@ export interface SchedulerOptions {
   readonly namespace?: string;
 }
 
+/**
+ * A job as a tick reads it, made from the job's row of the scheduler's tables when a tick (or
+ * `runTick`, a heartbeat's conflict, a prune) needs it, and not kept: 10,000 jobs kept 10,000 job
+ * records (~100 bytes each, and their map entries), which V8 counted twice as surviving young
+ * allocation on the way to the old generation (docs/performance.md).
+ */
 interface Job<Tx> extends LedgerJob {
-  /**
-   * The job's lock key: made at registration to refuse a colliding name, then dropped, and made
-   * again at the job's first tick (`Scheduler.keyOf`), where 10,000 jobs kept 10,000 keys unused
-   * (~170 bytes each, its pair and names objects included).
-   */
+  /** The job's row in the scheduler's tables. */
+  readonly row: number;
+  /** The job's lock key: made when first needed by this tick (`Scheduler.keyOf`). */
   key: LockKey | undefined;
-  /**
-   * Hash of the name, for the tick locks' keys: made at the job's first tick, not at
-   * registration, where 10,000 jobs made 10,000 digests and kept 10,000 strings unused.
-   */
+  /** Hash of the name, for the tick locks' keys: made when first needed by this tick. */
   nameHash: string | undefined;
   readonly cron: CronSchedule;
   readonly handler: JobHandler<Tx>;
   /** How the job runs: one object for all the jobs registered with the same options. */
   readonly settings: JobSettings;
-  /**
-   * The timer firing the job's ticks: its own, or the one it shares with the jobs on its schedule
-   * started with it (see `Scheduler.scheduleTogether`).
-   */
-  timer: TickTimer<Job<Tx>> | TickTimer<readonly Job<Tx>[]> | undefined;
-  /** The last conflict reported, so that one conflict is reported once. */
-  conflict: string | undefined;
 }
 
 /**
@@ -292,6 +294,9 @@ interface JobSettings {
  * other options keep their own: sharing is a saving, never a look-up that grows with the jobs.
  */
 const MAX_SHARED_SETTINGS = 16;
+
+/** How many handlers one chunk of a scheduler's handler column holds. */
+const HANDLER_CHUNK = 1024;
 
 /** Whether two jobs' settings are the same, lease and catch-up policy included by identity. */
 function sameSettings(a: JobSettings, b: JobSettings): boolean {
@@ -409,18 +414,39 @@ const INTERRUPTED_GIVE_BACKS = 3;
  * ```
  */
 export class Scheduler<Tx> {
-  private readonly jobs = new Map<string, Job<Tx>>();
   /**
-   * The second number of each job's lock key, as an int32 (a small integer, where the unsigned
-   * one is a boxed number half the time), to refuse a colliding name in O(1): the first number
-   * is the namespace's, the same for every job of this scheduler (`jobKey`). A set, not a map to
-   * the name: the colliding name is looked for only when there is one.
+   * The jobs, as rows of columns in registration order: names as code units (the caller's strings
+   * are not kept, see {@link StringTable}), handlers (the caller's functions) in chunks of
+   * {@link HANDLER_CHUNK}, the rest numbers in typed arrays. No object a job (see {@link Job}).
    */
-  private readonly keyIds = new Set<number>();
+  private readonly names = new StringTable();
+  private readonly handlers: JobHandler<Tx>[][] = [];
+  /** Each job's row in {@link Scheduler.schedules}. */
+  private jobSchedules = new Int32Array(16);
+  /** Each job's settings, an index into {@link Scheduler.settingsList}. */
+  private jobSettings = new Int32Array(16);
+  /**
+   * Each job's tick timer, a row of {@link Scheduler.timers} (its own, or the one it shares with
+   * the jobs on its schedule started with it, see `scheduleTogether`); -1 before it is timed.
+   */
+  private jobTimers = new Int32Array(16).fill(-1);
+  /**
+   * The jobs by the second number of their lock keys, as int32s, to refuse a colliding name and
+   * find a job by name in O(1): the first number is the namespace's, the same for every job of
+   * this scheduler (`jobKey`).
+   */
+  private readonly byKey = new JobIndex();
+  /** The last conflict reported for a job, by row, so that one conflict is reported once. */
+  private readonly conflicts = new Map<number, string>();
   /** Parsed schedules, each held once for all the jobs on it. */
   private readonly schedules = new ScheduleBook();
-  /** Settings shared by the jobs registered alike (see `settingsOf`), at most {@link MAX_SHARED_SETTINGS}. */
-  private readonly sharedSettings: JobSettings[] = [];
+  /**
+   * Every job's settings object: those shared by the jobs registered alike (see `settingsOf`), at
+   * most {@link MAX_SHARED_SETTINGS}, and those of the jobs that keep their own.
+   */
+  private readonly settingsList: JobSettings[] = [];
+  /** Indices in {@link Scheduler.settingsList} of the shared settings. */
+  private readonly sharedSettings: number[] = [];
   /** The lease options of every lease-mode job registered without any: one object for all. */
   private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
@@ -429,14 +455,15 @@ export class Scheduler<Tx> {
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
-  /** Where every job's tick timer waits: one clock timer for all the jobs, not one a job. */
+  /** Where the tick timers wait: one clock timer for all the jobs, not one a job. */
   private readonly wakeQueue: WakeQueue;
-  /** The tick timers' options by jitter (see `timerOptions`): one object, not seven fields, a job. */
-  private readonly timerOptionsByJitter = new Map<number, TickTimerOptions<Job<Tx>>>();
-  /** Every tick timer's `onTick`: one function for all the jobs, not a closure a job. */
-  private readonly onTick = (tick: Date, job: Job<Tx>): void => this.track(this.fire(job, tick));
-  /** The options of the timers shared by the jobs of one schedule (see `scheduleTogether`). */
-  private readonly togetherOptions: TickTimerOptions<readonly Job<Tx>[]>;
+  /**
+   * Every tick timer, a row each (see {@link TickTimers}). A timer's subject is a job's row, or
+   * `-1 - i` for the run of jobs `runs[i]` that share it (see `scheduleTogether`).
+   */
+  private readonly timers: TickTimers;
+  /** The rows of the jobs of each shared timer. */
+  private readonly runs: Int32Array[] = [];
   private readonly now: () => number;
   private readonly retentionMs: number;
   private readonly graceMs: number;
@@ -464,12 +491,15 @@ export class Scheduler<Tx> {
       now === undefined ? clock : { now, setTimer: (ms, callback) => clock.setTimer(ms, callback) };
     this.now = () => this.clock.now();
     this.wakeQueue = new WakeQueue(this.clock);
-    this.togetherOptions = Object.freeze({
+    this.timers = new TickTimers({
       clock: this.clock,
       queue: this.wakeQueue,
-      jitterMs: 0,
-      onTick: (tick: Date, jobs: readonly Job<Tx>[]) => {
-        for (const job of jobs) this.track(this.fire(job, tick));
+      nextRun: (schedule, after) => this.schedules.nextRun(schedule, after),
+      onTick: (tick, subject) => {
+        if (subject >= 0) this.track(this.fire(this.jobAt(subject), tick));
+        else
+          for (const row of this.runs[-1 - subject] ?? [])
+            this.track(this.fire(this.jobAt(row), tick));
       },
     });
     this.ownerOnlyLease = Object.freeze({ owner: this.owner });
@@ -529,14 +559,13 @@ export class Scheduler<Tx> {
   ): this {
     checkJobOptions(name, options);
     const key = jobKey(this.lockNamespace, name);
-    if (this.jobs.has(name))
-      throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
     // By the key's numbers alone: two names that hash to one key must collide here.
     const keyId = key.pgLocks.objid | 0;
-    if (this.keyIds.has(keyId)) {
-      const colliding = [...this.jobs.keys()].find(
-        (other) => (jobKey(this.lockNamespace, other).pgLocks.objid | 0) === keyId,
-      );
+    const existing = this.byKey.get(keyId);
+    if (existing >= 0 && this.names.equals(existing, name))
+      throw new LockkitError('OPTION_INVALID', `job "${name}" is already registered.`);
+    if (existing >= 0) {
+      const colliding = this.names.get(existing);
       throw new LockkitError(
         'OPTION_INVALID',
         `job names "${name}" and "${colliding}" hash to the same lock key ${key}: rename one.`,
@@ -544,7 +573,7 @@ export class Scheduler<Tx> {
     }
     if (typeof handler !== 'function')
       throw new LockkitError('OPTION_INVALID', 'the handler must be a function.');
-    let booked: BookedSchedule;
+    let schedule: number;
     if (options.timezone !== undefined && typeof options.timezone !== 'string')
       throw new LockkitError('OPTION_INVALID', `job "${name}": timezone must be an IANA name.`);
     if (typeof cron !== 'string')
@@ -556,7 +585,7 @@ export class Scheduler<Tx> {
       throw new LockkitError('OPTION_INVALID', `job "${name}": domAndDow must be a boolean.`);
     const reading = { timezone: options.timezone, domAndDow: options.domAndDow };
     try {
-      booked = this.schedules.get(cron, reading, new Date(this.now()));
+      schedule = this.schedules.book(cron, reading, new Date(this.now()));
     } catch (cause) {
       throw new LockkitError(
         'OPTION_INVALID',
@@ -581,13 +610,18 @@ export class Scheduler<Tx> {
       options.lease === undefined ? this.ownerOnlyLease : { ...options.lease, owner: this.owner };
     if (mode === 'lease') leaseSettings(lease); // fail early on bad lease settings
     // The jobs of one schedule ask from nearly the same instant: croner answers the first.
-    checkFiresAfter(booked.cron, cron, new Date(this.now()), name);
-    const parsed = booked.cron;
+    const from = this.now();
+    if (Number.isNaN(this.schedules.nextRun(schedule, from)))
+      throw noTickError(cron, new Date(from), name);
     const timezone = options.timezone ?? 'UTC';
     const jitterMs = count(options.jitterMs, 'jitterMs', 0, 0);
     // Croner's resolution is 1 s: a jitter below half of it needs no look at the schedule.
     if (jitterMs >= 500) {
-      const gap = minimumGapMs(parsed, new Date(this.now()), options.timezone);
+      const gap = minimumGapMs(
+        this.schedules.schedule(schedule),
+        new Date(this.now()),
+        options.timezone,
+      );
       if (jitterMs * 2 >= gap) {
         throw new LockkitError(
           'OPTION_INVALID',
@@ -609,43 +643,81 @@ export class Scheduler<Tx> {
       queueLimit: count(options.queueLimit, 'queueLimit', 1, 100),
       lease,
     });
-    this.jobs.set(name, {
-      name,
-      hash: booked.hash,
-      key: undefined,
-      nameHash: undefined,
-      cron: parsed,
-      // The overloads tie the handler's run type to `mode`, the run it gets here.
-      handler: handler as JobHandler<Tx>,
-      settings,
-      // Set later: present from the start, they stay in the object rather than in a second one.
-      timer: undefined,
-      conflict: undefined,
-    });
-    this.keyIds.add(keyId);
-    const job = this.jobs.get(name) as Job<Tx>;
+    const row = this.names.size;
+    this.room(row + 1);
+    this.names.add(name);
+    // Chunks made at their full length: no array grown (and copied) a job at a time.
+    if (row % HANDLER_CHUNK === 0) this.handlers.push(new Array(HANDLER_CHUNK));
+    // The overloads tie the handler's run type to `mode`, the run it gets here.
+    (this.handlers[this.handlers.length - 1] as JobHandler<Tx>[])[row % HANDLER_CHUNK] =
+      handler as JobHandler<Tx>;
+    this.jobSchedules[row] = schedule;
+    this.jobSettings[row] = settings;
+    this.byKey.set(keyId, row);
     if (this.started) {
-      void this.announce([job]).catch(() => {});
-      this.schedule(job);
+      void this.announce(row, row + 1).catch(() => {});
+      this.schedule(row);
     }
     return this;
   }
 
+  /** Grows the jobs' typed columns to hold `rows` rows, doubling. */
+  private room(rows: number): void {
+    const size = this.jobSchedules.length;
+    if (rows <= size) return;
+    const grow = (column: Int32Array, fill: number): Int32Array<ArrayBuffer> => {
+      const bigger = new Int32Array(size * 2).fill(fill, size);
+      bigger.set(column);
+      return bigger;
+    };
+    this.jobSchedules = grow(this.jobSchedules, 0);
+    this.jobSettings = grow(this.jobSettings, 0);
+    this.jobTimers = grow(this.jobTimers, -1);
+  }
+
+  /** The job of `row`, as a tick reads it (see {@link Job}): made now, not kept. */
+  private jobAt(row: number): Job<Tx> {
+    const schedule = this.jobSchedules[row] as number;
+    return {
+      row,
+      name: this.names.get(row),
+      hash: this.schedules.hash(schedule),
+      key: undefined,
+      nameHash: undefined,
+      cron: this.schedules.schedule(schedule),
+      handler: this.handlers[Math.floor(row / HANDLER_CHUNK)]?.[
+        row % HANDLER_CHUNK
+      ] as JobHandler<Tx>,
+      settings: this.settingsList[this.jobSettings[row] as number] as JobSettings,
+    };
+  }
+
+  /** The row of the job named `name`, or -1. */
+  private rowOf(name: string): number {
+    const row = this.byKey.get(jobKey(this.lockNamespace, name).pgLocks.objid | 0);
+    return row >= 0 && this.names.equals(row, name) ? row : -1;
+  }
+
   /**
-   * The one settings object of the jobs registered with `settings`' values: a job given lease
-   * options of its own, or a catch-up window, keeps its own object.
+   * The index in {@link Scheduler.settingsList} of the one settings object of the jobs registered
+   * with `settings`' values: a job given lease options of its own, or a catch-up window, keeps its
+   * own object.
    */
-  private settingsOf(settings: JobSettings): JobSettings {
+  private settingsOf(settings: JobSettings): number {
+    const own = (): number => this.settingsList.push(settings) - 1;
     if (settings.lease !== this.ownerOnlyLease || typeof settings.catchUp === 'object')
-      return settings;
+      return own();
     // Compared field by field, newest first: no key string made per registration.
     for (let i = this.sharedSettings.length - 1; i >= 0; i--) {
-      const shared = this.sharedSettings[i] as JobSettings;
-      if (sameSettings(shared, settings)) return shared;
+      const index = this.sharedSettings[i] as number;
+      if (sameSettings(this.settingsList[index] as JobSettings, settings)) return index;
     }
-    if (this.sharedSettings.length < MAX_SHARED_SETTINGS)
-      this.sharedSettings.push(Object.freeze(settings));
-    return settings;
+    const index = own();
+    if (this.sharedSettings.length < MAX_SHARED_SETTINGS) {
+      Object.freeze(settings);
+      this.sharedSettings.push(index);
+    }
+    return index;
   }
 
   /** Listens to one kind of outcome. Listener errors are swallowed. */
@@ -685,7 +757,7 @@ export class Scheduler<Tx> {
     this.started = true;
     // A database that is down at start-up is reported by the ticks' `error` events; the
     // registrations are retried with the next heartbeat.
-    this.announced = await this.announce([...this.jobs.values()]).then(
+    this.announced = await this.announce(0, this.names.size).then(
       () => true,
       () => false,
     );
@@ -713,7 +785,7 @@ export class Scheduler<Tx> {
     options: { readonly timeoutMs?: number } = {},
   ): Promise<{ readonly stillRunning: number }> {
     this.stopping.abort(new LockkitError('ABORTED', 'the scheduler is stopping'));
-    for (const job of this.jobs.values()) job.timer?.stop();
+    this.timers.stopAll();
     for (const timer of this.retryTimers) timer.cancel();
     this.retryTimers.clear();
     clearInterval(this.pruneTimer);
@@ -743,18 +815,20 @@ export class Scheduler<Tx> {
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
    */
   async runTick(name: string, tick: Date): Promise<void> {
-    const job = this.jobs.get(name);
-    if (!job) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
+    const row = typeof name === 'string' ? this.rowOf(name) : -1;
+    if (row < 0) throw new LockkitError('OPTION_INVALID', `no job "${name}" is registered.`);
     const at = tick instanceof Date ? tick.getTime() : Number.NaN;
     if (!Number.isFinite(at)) {
       throw new LockkitError('OPTION_INVALID', `job "${name}": the tick must be a valid Date.`);
     }
-    if (job.cron.nextRun(new Date(at - 1))?.getTime() !== at) {
+    const schedule = this.jobSchedules[row] as number;
+    if (this.schedules.nextRun(schedule, at - 1) !== at) {
       throw new LockkitError(
         'OPTION_INVALID',
-        `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${job.cron.expression}".`,
+        `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${this.schedules.expression(schedule)}".`,
       );
     }
+    const job = this.jobAt(row);
     const work = this.fire(job, tick);
     this.track(work);
     await work;
@@ -770,61 +844,53 @@ export class Scheduler<Tx> {
     }
   }
 
-  /** Fires the job's ticks from now on (see {@link TickTimer}: capped sleeps, jitter-safe). */
-  private schedule(job: Job<Tx>): void {
+  /** Fires the ticks of the job of `row` from now on (see {@link TickTimers}: capped sleeps, jitter-safe). */
+  private schedule(row: number): void {
     if (this.stopping.signal.aborted) return;
-    job.timer = new TickTimer(job.cron, this.timerOptions(job.settings.jitterMs), job);
-    job.timer.start();
+    const settings = this.settingsList[this.jobSettings[row] as number] as JobSettings;
+    const timer = this.timers.add(this.jobSchedules[row] as number, row, settings.jitterMs);
+    this.jobTimers[row] = timer;
+    this.timers.start(timer);
   }
 
   /**
    * Fires the ticks of every job not yet timed (one registered while `start()` was announcing
    * already is) from now on. Jobs without jitter on one schedule, registered one after the other
    * and started at one instant, would have timers that agree in everything: they share one, which
-   * fires each job's tick in registration order, as their own timers did from one queue. 10,000
-   * jobs on one schedule kept 10,000 timers (~150 bytes each, which V8 counted twice as
-   * young-generation survivors). A jittered job draws its own jitter at each tick, and a job alone
-   * in its run (distinct schedules, or schedules registered in turn) keeps a timer of its own; runs
-   * rather than a map by schedule, so that 10,000 distinct schedules build no map at start.
+   * fires each job's tick in registration order, as their own timers did from one queue. A
+   * jittered job draws its own jitter at each tick, and a job alone in its run (distinct
+   * schedules, or schedules registered in turn) keeps a timer of its own; runs rather than a map
+   * by schedule, so that 10,000 distinct schedules build no map at start. A timer is a row of
+   * {@link Scheduler.timers}, not an object (see {@link TickTimers}).
    */
   private scheduleTogether(): void {
     if (this.stopping.signal.aborted) return;
-    let run: Job<Tx>[] = [];
+    // The run: jobs runFrom.. (those of them not timed yet and without jitter) on runSchedule.
+    let run: number[] = [];
     const flush = (): void => {
       const [first] = run;
       if (run.length === 1 && first !== undefined) this.schedule(first);
       else if (first !== undefined) {
-        const timer = new TickTimer(first.cron, this.togetherOptions, run as readonly Job<Tx>[]);
-        for (const job of run) job.timer = timer;
-        timer.start();
+        const subject = -1 - this.runs.length;
+        this.runs.push(Int32Array.from(run));
+        const timer = this.timers.add(this.jobSchedules[first] as number, subject, 0);
+        for (const row of run) this.jobTimers[row] = timer;
+        this.timers.start(timer);
       }
       run = [];
     };
-    for (const job of this.jobs.values()) {
-      if (job.timer !== undefined) continue;
-      if (job.settings.jitterMs !== 0) {
-        this.schedule(job);
+    for (let row = 0; row < this.names.size; row++) {
+      if (this.jobTimers[row] !== -1) continue;
+      const settings = this.settingsList[this.jobSettings[row] as number] as JobSettings;
+      if (settings.jitterMs !== 0) {
+        this.schedule(row);
         continue;
       }
-      if (run.length > 0 && run[0]?.cron !== job.cron) flush();
-      run.push(job);
+      const first = run[0];
+      if (first !== undefined && this.jobSchedules[first] !== this.jobSchedules[row]) flush();
+      run.push(row);
     }
     flush();
-  }
-
-  /** The tick timers' options for a jitter: one object for all the jobs with that jitter. */
-  private timerOptions(jitterMs: number): TickTimerOptions<Job<Tx>> {
-    let options = this.timerOptionsByJitter.get(jitterMs);
-    if (options === undefined) {
-      options = Object.freeze({
-        clock: this.clock,
-        queue: this.wakeQueue,
-        jitterMs,
-        onTick: this.onTick,
-      });
-      this.timerOptionsByJitter.set(jitterMs, options);
-    }
-    return options;
   }
 
   private track(work: Promise<void>): void {
@@ -842,26 +908,30 @@ export class Scheduler<Tx> {
    * transaction of two statements per {@link ANNOUNCE_BATCH} jobs, not one a job (10,000 jobs
    * made 10,000 transactions at start, whose garbage grew the process by ~10 MB).
    */
-  private async announce(jobs: readonly Job<Tx>[]): Promise<void> {
-    for (let from = 0; from < jobs.length; from += ANNOUNCE_BATCH) {
-      const batch = jobs.slice(from, from + ANNOUNCE_BATCH).map((job) => ({
-        name: job.name,
-        hash: job.hash,
-        cron: job.cron.expression,
-        timezone: job.settings.timezone,
-      }));
-      const conflicting = await this.query((q) => this.ledger.registerMany(q, batch));
-      for (let i = 0; i < batch.length; i++) {
-        const job = jobs[from + i] as Job<Tx>;
-        this.reportConflict(job, conflicting.get(job.name) ?? []);
-      }
+  private async announce(from: number, to: number): Promise<void> {
+    for (let first = from; first < to; first += ANNOUNCE_BATCH) {
+      const end = Math.min(to, first + ANNOUNCE_BATCH);
+      const rows = registrationRows(first, end, (row, into) => {
+        const schedule = this.jobSchedules[row] as number;
+        into.job = this.names.get(row);
+        into.cron = this.schedules.expression(schedule);
+        into.timezone = (
+          this.settingsList[this.jobSettings[row] as number] as JobSettings
+        ).timezone;
+        into.hash = this.schedules.hash(schedule);
+      });
+      const conflicting = await this.query((q) => this.ledger.registerMany(q, rows));
+      // Usually none: then no job of the batch has a conflict to report or to clear.
+      if (conflicting.size === 0 && this.conflicts.size === 0) continue;
+      for (let row = first; row < end; row++)
+        this.reportConflict(row, conflicting.get(this.names.get(row)) ?? []);
     }
   }
 
   /** Refreshes the registrations (or makes them, if start() could not) and looks for conflicts. */
   private async heartbeat(): Promise<void> {
     if (!this.announced) {
-      await this.announce([...this.jobs.values()]);
+      await this.announce(0, this.names.size);
       this.announced = true;
       return;
     }
@@ -869,26 +939,31 @@ export class Scheduler<Tx> {
       await this.ledger.heartbeat(q);
       return this.ledger.conflictedJobs(q);
     });
-    for (const job of this.jobs.values()) {
-      if (!conflicted.has(job.name)) job.conflict = undefined;
-      else this.reportConflict(job, await this.query((q) => this.ledger.registrations(q, job)));
+    for (let row = 0; row < this.names.size; row++) {
+      if (!conflicted.has(this.names.get(row))) this.conflicts.delete(row);
+      else {
+        const job = this.jobAt(row);
+        this.reportConflict(row, await this.query((q) => this.ledger.registrations(q, job)));
+      }
     }
   }
 
   private reportConflict(
-    job: Job<Tx>,
+    row: number,
     live: readonly { owner: string; cron: string; timezone: string; hash: string }[],
   ): void {
+    if (live.length === 0 && !this.conflicts.has(row)) return; // nothing to compare, none reported
     const hashes = new Set(live.map((r) => r.hash));
     const signature = hashes.size > 1 ? [...hashes].sort().join(',') : undefined;
-    if (signature !== undefined && signature !== job.conflict) {
+    if (signature !== undefined && signature !== this.conflicts.get(row)) {
       this.emit({
         type: 'schedule-conflict',
-        job: job.name,
+        job: this.names.get(row),
         schedules: live.map(({ owner, cron, timezone }) => ({ owner, cron, timezone })),
       });
     }
-    job.conflict = signature;
+    if (signature === undefined) this.conflicts.delete(row);
+    else this.conflicts.set(row, signature);
   }
 
   /** The job's lock key, made at its first tick and kept (see {@link Job.key}). */
@@ -1470,7 +1545,8 @@ export class Scheduler<Tx> {
   }
 
   private async prune(): Promise<void> {
-    for (const job of this.jobs.values()) {
+    for (let row = 0; row < this.names.size; row++) {
+      const job = this.jobAt(row);
       await this.query((q) => this.ledger.prune(q, job, this.retentionMs)).catch(() => {});
     }
   }

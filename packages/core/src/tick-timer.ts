@@ -1,5 +1,7 @@
 /**
- * When a job's ticks fire on one node: the scheduler's due-tick path, free of any database.
+ * When a job's ticks fire on one node: the scheduler's due-tick path, free of any database. One
+ * timer as an object; a scheduler keeps its jobs' timers as rows of one {@link TickTimers} table,
+ * whose logic this is.
  *
  * The next tick is always computed from the previous *scheduled* tick, never from when a
  * (jittered, delayed) timer fired, so jitter and a slow event loop never drop a tick. Long waits
@@ -8,8 +10,9 @@
  *
  * @packageDocumentation
  */
-import { type Clock, MAX_TIMER_MS } from './clock.js';
-import { type Sleeper, WakeQueue } from './wake-queue.js';
+import type { Clock } from './clock.js';
+import { DEFAULT_MAX_LATE_MS, TickTimers } from './tick-timers.js';
+import type { WakeQueue } from './wake-queue.js';
 
 /** What a tick timer needs of a schedule: croner's `nextRun` (strictly after `after`). */
 export interface TickSchedule {
@@ -46,127 +49,53 @@ export interface TickTimerOptions<S = undefined> {
   readonly maxStepMs?: number;
 }
 
-/** The default of {@link TickTimerOptions.maxLateMs}. */
-export const DEFAULT_MAX_LATE_MS = 60_000;
+export { DEFAULT_MAX_LATE_MS };
 
 /**
  * Fires the ticks of one schedule after {@link TickTimer.start}: every tick after the start
  * instant (and those of the last `jitterMs` before it), in order, each exactly once, none before
- * it is due.
+ * it is due. A table of one {@link TickTimers} row.
  */
-export class TickTimer<S = undefined> implements Sleeper {
-  /**
-   * The options, read when needed rather than copied into seven fields: a scheduler passes one
-   * options object to all its jobs' timers (a job is the `subject`, given apart).
-   */
-  private readonly options: TickTimerOptions<S>;
-  private readonly subject: S;
-  /** The previous scheduled tick fired (or the start instant): the next is the first after it. */
-  private last = 0;
-  /**
-   * The scheduled tick waited for, NaN when none is, and its jitter: it fires at
-   * `dueTick + dueJitter`. Fields rather than an object, and the jitter a small integer rather
-   * than a second time (a boxed number each): a scheduler holds one timer a job.
-   */
-  private dueTick = Number.NaN;
-  private dueJitter = 0;
-  private running = false;
-  /** {@link Sleeper}'s fields: the queue's, not the timer's. */
-  wakeSlot = -1;
-  wakeAt = Number.NaN;
-  wakeSeq = 0;
+export class TickTimer<S = undefined> {
+  private readonly timers: TickTimers;
 
   /**
    * @param subject what the ticks are about, when the options (shared by many timers) do not say:
    * default `options.subject`.
    */
   constructor(
-    private readonly schedule: TickSchedule,
+    schedule: TickSchedule,
     options: TickTimerOptions<S>,
     subject: S = options.subject as S,
   ) {
-    // A timer without a queue gets one of its own, in an options object of its own.
-    this.options =
-      options.queue === undefined ? { ...options, queue: new WakeQueue(options.clock) } : options;
-    this.subject = subject;
-  }
-
-  private get queue(): WakeQueue {
-    return this.options.queue as WakeQueue;
-  }
-
-  private get clock(): Clock {
-    return this.options.clock;
-  }
-
-  private get jitterMs(): number {
-    return this.options.jitterMs ?? 0;
-  }
-
-  private get maxLateMs(): number {
-    return this.options.maxLateMs ?? DEFAULT_MAX_LATE_MS;
-  }
-
-  private get maxStepMs(): number {
-    return Math.min(this.options.maxStepMs ?? MAX_TIMER_MS, MAX_TIMER_MS);
+    this.timers = new TickTimers({
+      clock: options.clock,
+      queue: options.queue,
+      nextRun: (_schedule, after) => schedule.nextRun(new Date(after))?.getTime() ?? Number.NaN,
+      onTick: (tick) => options.onTick(tick, subject),
+      random: options.random,
+      maxLateMs: options.maxLateMs,
+      maxStepMs: options.maxStepMs,
+    });
+    this.timers.add(0, 0, options.jitterMs ?? 0);
   }
 
   /** The scheduled tick the timer is waiting for, if any. */
   get nextTick(): Date | undefined {
-    return Number.isNaN(this.dueTick) ? undefined : new Date(this.dueTick);
+    const tick = this.timers.nextTick(0);
+    return Number.isNaN(tick) ? undefined : new Date(tick);
   }
 
   /**
-   * Fires every tick strictly after `now - jitterMs` (on the clock) until {@link TickTimer.stop}.
-   * A tick of the last `jitterMs` before the start may not have fired anywhere yet (its jittered
-   * instant is still to come, on a node this one replaces): it is still owed, at its own jittered
-   * instant or at once if that is past. The ledger keeps it to one run across nodes.
+   * Fires every tick strictly after `now - jitterMs` (on the clock) until {@link TickTimer.stop}
+   * (see {@link TickTimers.start}).
    */
   start(): void {
-    if (this.running) return;
-    this.running = true;
-    this.last = this.clock.now() - this.jitterMs;
-    this.dueTick = Number.NaN;
-    this.arm();
+    this.timers.start(0);
   }
 
   /** Fires nothing more; the pending wait is cancelled. */
   stop(): void {
-    this.running = false;
-    this.queue.remove(this);
-    this.dueTick = Number.NaN;
-  }
-
-  /** For the queue: the wait is over, the clock is read again. */
-  wake(): void {
-    this.arm();
-  }
-
-  private arm(): void {
-    while (this.running) {
-      const now = this.clock.now();
-      if (Number.isNaN(this.dueTick)) {
-        // From the previous scheduled tick, but not from further back than a tick may be late.
-        const from = Math.max(this.last, now - this.jitterMs - this.maxLateMs);
-        const next = this.schedule.nextRun(new Date(from));
-        if (next === null) return; // the schedule has no more ticks
-        const tick = next.getTime();
-        const random = this.options.random ?? Math.random;
-        const jitter = this.jitterMs > 0 ? Math.floor(random() * this.jitterMs) : 0;
-        this.dueTick = tick;
-        this.dueJitter = jitter;
-      }
-      const wait = this.dueTick + this.dueJitter - now;
-      if (wait > 0) {
-        // Capped step; on waking, the clock is read again.
-        this.queue.add(this, now + Math.min(wait, this.maxStepMs));
-        return;
-      }
-      const tick = this.dueTick;
-      this.dueTick = Number.NaN;
-      if (now - tick > this.jitterMs + this.maxLateMs) continue; // too late: catch-up's
-      this.last = tick;
-      this.options.onTick(new Date(tick), this.subject);
-    }
+    this.timers.stop(0);
   }
 }

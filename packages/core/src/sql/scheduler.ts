@@ -357,7 +357,7 @@ export function pruneStatement(
 
 /**
  * Registers (or refreshes) `owner`'s schedules of many jobs at once: `rows` is a JSON array of
- * `{ job, cron, timezone, hash }`, one per job, no job twice. A JSON text rather than arrays, so
+ * `[job, cron, timezone, hash]`, one per job, no job twice. A JSON text rather than arrays, so
  * that every adapter's driver passes it as the one string it is (typed `text`, then read as
  * JSON: a driver that encodes by the type the server describes would encode a `json` one again).
  */
@@ -368,8 +368,8 @@ export function registerSchedulesStatement(
 ): Statement {
   return {
     text: `INSERT INTO ${schema}.schedules (namespace, job, owner, cron, timezone, schedule_hash)
-           SELECT $1::text, r.job, $2::text, r.cron, r.timezone, r.hash
-             FROM json_to_recordset($3::text::json) AS r(job text, cron text, timezone text, hash text)
+           SELECT $1::text, r->>0, $2::text, r->>1, r->>2, r->>3
+             FROM json_array_elements($3::text::json) AS r
            ON CONFLICT (namespace, job, owner) DO UPDATE
               SET cron = excluded.cron, timezone = excluded.timezone,
                   schedule_hash = excluded.schedule_hash, heartbeat_at = now()`,
@@ -378,8 +378,9 @@ export function registerSchedulesStatement(
 }
 
 /**
- * The live registrations (heartbeat within `liveMs`) of those of `jobs` (a JSON array of names)
- * that live instances registered under more than one schedule: `job`, `owner`, `cron`,
+ * The live registrations (heartbeat within `liveMs`) of those of `jobs` (a JSON array whose
+ * elements are arrays with the job's name first, as {@link registerSchedulesStatement} takes) that
+ * live instances registered under more than one schedule: `job`, `owner`, `cron`,
  * `timezone`, `schedule_hash`, by job and owner. Jobs with one schedule give no rows.
  */
 export function conflictingRegistrationsStatement(
@@ -394,7 +395,7 @@ export function conflictingRegistrationsStatement(
                           max(schedule_hash) OVER (PARTITION BY job) AS highest
                      FROM ${schema}.schedules
                     WHERE namespace = $1::text
-                      AND job IN (SELECT json_array_elements_text($2::text::json))
+                      AND job IN (SELECT r->>0 FROM json_array_elements($2::text::json) AS r)
                       AND heartbeat_at > now() - $3::float8 * interval '1 millisecond') AS live
             WHERE lowest <> highest
             ORDER BY job, owner`,
