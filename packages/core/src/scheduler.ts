@@ -15,7 +15,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { type Clock, type ClockTimer, systemClock } from './clock.js';
+import { type Clock, type ClockTimer, MAX_TIMER_MS, systemClock } from './clock.js';
 import { isConnectionLoss } from './connection-loss.js';
 import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
 import {
@@ -316,7 +316,9 @@ interface TickOutcome {
   readonly catchUp: readonly Date[];
   /**
    * Whether this node should now run the job's PENDING ticks that are due: it ran the tick
-   * (successfully or not), or queued it behind older ones.
+   * (successfully or not), or queued it behind older ones, or queued it behind a run that has
+   * ended since, or — with overlap 'queue', in transaction mode — held the job's lock to find the
+   * tick done (a node that queued a tick meanwhile left the queue to it).
    */
   readonly drain: boolean;
 }
@@ -426,6 +428,14 @@ export class Scheduler<Tx> {
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
   private readonly retryTimers = new Set<ClockTimer>();
+  /**
+   * By job name, the timer of a drain that left a PENDING tick not yet due on this node's clock
+   * (see `followUp`): at most one a job, the earliest.
+   */
+  private readonly followUps = new Map<
+    string,
+    { readonly at: number; readonly timer: ClockTimer }
+  >();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -716,6 +726,8 @@ export class Scheduler<Tx> {
     for (const job of this.jobs.values()) job.timer?.stop();
     for (const timer of this.retryTimers) timer.cancel();
     this.retryTimers.clear();
+    for (const { timer } of this.followUps.values()) timer.cancel();
+    this.followUps.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
     const deadline = Date.now() + (options.timeoutMs ?? 30_000);
@@ -923,15 +935,68 @@ export class Scheduler<Tx> {
     }
   }
 
-  /** Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. */
+  /**
+   * Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. A
+   * PENDING tick left because it is not yet due on this node's clock (a retry's delay; a tick
+   * queued by a node whose clock runs ahead, due at its own time) gets a follow-up here at its due
+   * time: this node may be the last to look at it, and nobody else would before the job fires again.
+   */
   private async drain(job: Job<Tx>): Promise<void> {
     const tried = new Set<number>();
     while (!this.stopping.signal.aborted) {
-      const due = await this.query((q) => this.ledger.nextDue(q, job, new Date(this.now())));
-      if (!due || tried.has(due.getTime())) return;
+      const next = await this.query((q) => this.ledger.nextPending(q, job, new Date(this.now())));
+      if (next === undefined) return;
+      if (!next.due) {
+        this.followUp(job, next.retryAt);
+        return;
+      }
+      const due = next.tick;
+      if (tried.has(due.getTime())) return;
       tried.add(due.getTime());
       if (!(await this.runOne(job, due, 'pending')).drain) return;
     }
+  }
+
+  /**
+   * Drains the job again at `at` (this node's clock), unless a follow-up is already set for then or
+   * earlier: the drain it runs sets the next one.
+   */
+  private followUp(job: Job<Tx>, at: Date): void {
+    if (this.stopping.signal.aborted) return;
+    const existing = this.followUps.get(job.name);
+    if (existing !== undefined && existing.at <= at.getTime()) return;
+    existing?.timer.cancel();
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, at.getTime() - this.now()));
+    const timer = this.clock.setTimer(delay, () => {
+      if (this.followUps.get(job.name)?.timer === timer) this.followUps.delete(job.name);
+      this.track(
+        this.drain(job).catch((error: unknown) => {
+          if (!this.stopping.signal.aborted)
+            this.emit({ type: 'error', job: job.name, tick: at, error });
+        }),
+      );
+    });
+    this.followUps.set(job.name, { at: at.getTime(), timer });
+  }
+
+  /**
+   * After this node queued a tick (committed) because another tick's run held the job: whether the
+   * job is free now, so that this node must run the queue itself. The run it queued behind may have
+   * ended and looked for due ticks before the queued one committed (a lost wake-up: nobody would run
+   * it before the job fires again). If the job is still held, its holder looks after it lets go —
+   * after the queued tick committed: a transaction-mode holder of the job's lock drains when it
+   * ends (see runInTransaction: a queue job's tick found done drains too); a lease's holder drains
+   * after recording its run's end.
+   */
+  private async jobFreeAfterQueuing(job: Job<Tx>): Promise<boolean> {
+    if (this.stopping.signal.aborted) return false;
+    if (job.settings.mode === 'lease')
+      return !(await this.query((q) => this.ledger.leaseHeld(q, job)));
+    const tried = await this.locks.withLock(this.keyOf(job), async () => undefined, {
+      signal: this.stopping.signal,
+      statementTimeoutMs: 0,
+    });
+    return tried.executed;
   }
 
   /**
@@ -1184,6 +1249,8 @@ export class Scheduler<Tx> {
           const decision = await this.whenHeld(job, tick);
           if (decision === 'again') continue;
           this.reportHeld(job, tick, decision);
+          if (decision === 'queued')
+            return { catchUp: [], drain: await this.jobFreeAfterQueuing(job) };
           return NOTHING;
         }
         if (claimed && this.stopping.signal.aborted) {
@@ -1196,7 +1263,9 @@ export class Scheduler<Tx> {
       }
       if (outcome.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });
-        return { catchUp: outcome.catchUp, drain: false };
+        // A node that queued a tick while this one held the job's lock found the job busy and left
+        // the queue to this node (see jobFreeAfterQueuing): it must look once it lets go.
+        return { catchUp: outcome.catchUp, drain: job.settings.overlap === 'queue' };
       }
       if (outcome.kind === 'behind') {
         this.reportHeld(job, tick, outcome.decision);
@@ -1335,7 +1404,9 @@ export class Scheduler<Tx> {
       }
       if (c.kind === 'held' || c.kind === 'behind') {
         if (c.decision !== 'later') this.reportHeld(job, tick, c.decision);
-        return { catchUp: c.catchUp, drain: c.kind === 'behind' };
+        const drain =
+          c.kind === 'behind' || (c.decision === 'queued' && (await this.jobFreeAfterQueuing(job)));
+        return { catchUp: c.catchUp, drain };
       }
       const { lease, attempt } = c;
       let record = { kind: 'succeeded' } as RunRecord;
