@@ -16,6 +16,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { type Clock, type ClockTimer, MAX_TIMER_MS, systemClock } from './clock.js';
+import { taskEndedTransaction } from './commit-truth.js';
 import { isConnectionLoss } from './connection-loss.js';
 import { type CronSchedule, checkFiresAfter } from './cron-schedule.js';
 import {
@@ -23,6 +24,7 @@ import {
   isLockkitError,
   LeaseLostError,
   LockkitError,
+  LockNotHeldError,
   LockTimeoutError,
 } from './errors.js';
 import type { QueryFn } from './executor.js';
@@ -40,6 +42,7 @@ import {
 import { Ledger, type LedgerJob, type RunRecord, type TickState } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { ownTransaction } from './own-transaction.js';
+import { sqlState } from './postgres-errors.js';
 import { type BookedSchedule, ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -1213,6 +1216,11 @@ export class Scheduler<Tx> {
               // error). Its work cannot commit; recording SUCCEEDED would be untrue and letting the
               // claim roll back would leave the tick to catch-up. It is a failed attempt.
               if (ctx.signal.aborted || isConnectionLoss(error)) throw error;
+              // Or the handler ended the tick's transaction itself (its own COMMIT or ROLLBACK):
+              // the savepoint went with it (no transaction: 25P01; a new one it began: 3B001).
+              // Not a rollback: what it wrote before may be committed, the claim with it.
+              if (['25P01', '3B001'].includes(sqlState(error) ?? ''))
+                throw taskEndedTransaction(`job "${job.name}"`);
               const rolledBack = new CommitRolledBackError(
                 `job "${job.name}": a statement of the handler failed inside the tick's transaction and the handler returned normally; none of its work can commit, so the attempt is recorded FAILED.`,
                 { cause: error },
@@ -1252,6 +1260,15 @@ export class Scheduler<Tx> {
           if (decision === 'queued')
             return { catchUp: [], drain: await this.jobFreeAfterQueuing(job) };
           return NOTHING;
+        }
+        if (claimed && error instanceof LockNotHeldError) {
+          // The handler ended the tick's transaction itself: its COMMIT committed its work so far
+          // and the claim (a RUNNING row no runner would ever finish), or its ROLLBACK took both.
+          // Recorded FAILED with the error, never retried (its work may be committed); no row
+          // (rolled back) stays none, for catch-up. The error event says LOCK_NOT_HELD.
+          const record: RunRecord = { kind: 'failed', error: describeError(error) };
+          await this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() => {});
+          throw error;
         }
         if (claimed && this.stopping.signal.aborted) {
           // The run rolled back: give the tick back so that the next instance runs it.
