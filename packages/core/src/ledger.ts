@@ -28,8 +28,10 @@ import {
   giveBackClaimStatement,
   heartbeatSchedulesStatement,
   type LedgerScope,
+  leaseHeldStatement,
   liveSchedulesStatement,
   nextDueStatement,
+  nextPendingStatement,
   pendingTicksStatement,
   pruneStatement,
   queueTickStatement,
@@ -242,7 +244,7 @@ export class Ledger {
     await rowsOf(query, this.finishStatement(job, tick, token, record));
   }
 
-  /** Gives back a tick whose run stop() aborted: due again at `now`, the attempt not counted. */
+  /** Gives back a tick whose run stop() aborted: due again at once, the attempt not counted. */
   async giveBack(
     query: QueryFn,
     job: LedgerJob,
@@ -297,7 +299,7 @@ export class Ledger {
   }
 
   /**
-   * Holds the ticks catch-up chose to run: PENDING and due from `now`, so that nobody judges them
+   * Holds the ticks catch-up chose to run: PENDING and due at once, so that nobody judges them
    * again (as holes, missed or to run) before they run. Those held (others had rows).
    */
   async holdForCatchUp(
@@ -323,7 +325,7 @@ export class Ledger {
   }
 
   /**
-   * Queues `tick` PENDING from `now`: `'queued'`, `'exists'` (it has a row already) or `'full'`
+   * Queues `tick` PENDING, due at once (from its own time): `'queued'`, `'exists'` (it has a row already) or `'full'`
    * (the job has `limit` PENDING ticks; the tick is then recorded SKIPPED_OVERLAP).
    */
   async queue(
@@ -394,6 +396,33 @@ export class Ledger {
   async nextDue(query: QueryFn, job: LedgerJob, now: Date): Promise<Date | undefined> {
     const [row] = await rowsOf(query, nextDueStatement(this.scope, job.name, now));
     return row ? new Date(row.tick as string) : undefined;
+  }
+
+  /**
+   * What a drain at `now` does next: the job's oldest PENDING tick that is due (`due` true), else
+   * the PENDING tick due soonest (`due` false, due at `retryAt`), else undefined.
+   */
+  async nextPending(
+    query: QueryFn,
+    job: LedgerJob,
+    now: Date,
+  ): Promise<{ readonly tick: Date; readonly due: boolean; readonly retryAt: Date } | undefined> {
+    const [row] = await rowsOf(query, nextPendingStatement(this.scope, job.name, now));
+    if (!row) return undefined;
+    return {
+      tick: new Date(row.tick as string),
+      due: row.due === true,
+      retryAt: new Date(row.retry_at as string),
+    };
+  }
+
+  /** Whether a lease-mode job's lease is held by a live run (which runs what is due when it ends). */
+  async leaseHeld(query: QueryFn, job: LedgerJob): Promise<boolean> {
+    const [row] = await rowsOf(
+      query,
+      leaseHeldStatement(this.scope.schema, this.leaseNamespace, job.name),
+    );
+    return row?.held === true;
   }
 
   /** Deletes the job's settled rows older than `retentionMs` (keeping its latest). */

@@ -15,7 +15,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
-import { type Clock, type ClockTimer, systemClock } from './clock.js';
+import { type Clock, type ClockTimer, MAX_TIMER_MS, systemClock } from './clock.js';
+import { taskEndedTransaction } from './commit-truth.js';
 import { isConnectionLoss } from './connection-loss.js';
 import { type CronSchedule, noTickError } from './cron-schedule.js';
 import {
@@ -23,6 +24,7 @@ import {
   isLockkitError,
   LeaseLostError,
   LockkitError,
+  LockNotHeldError,
   LockTimeoutError,
 } from './errors.js';
 import type { QueryFn } from './executor.js';
@@ -47,6 +49,7 @@ import {
 } from './ledger.js';
 import type { JobResult, LockClient } from './lock.js';
 import { ownTransaction } from './own-transaction.js';
+import { sqlState } from './postgres-errors.js';
 import { ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
@@ -321,7 +324,9 @@ interface TickOutcome {
   readonly catchUp: readonly Date[];
   /**
    * Whether this node should now run the job's PENDING ticks that are due: it ran the tick
-   * (successfully or not), or queued it behind older ones.
+   * (successfully or not), or queued it behind older ones, or queued it behind a run that has
+   * ended since, or — with overlap 'queue', in transaction mode — held the job's lock to find the
+   * tick done (a node that queued a tick meanwhile left the queue to it).
    */
   readonly drain: boolean;
 }
@@ -452,6 +457,14 @@ export class Scheduler<Tx> {
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
   private readonly retryTimers = new Set<ClockTimer>();
+  /**
+   * By job name, the timer of a drain that left a PENDING tick not yet due on this node's clock
+   * (see `followUp`): at most one a job, the earliest.
+   */
+  private readonly followUps = new Map<
+    string,
+    { readonly at: number; readonly timer: ClockTimer }
+  >();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -788,6 +801,8 @@ export class Scheduler<Tx> {
     this.timers.stopAll();
     for (const timer of this.retryTimers) timer.cancel();
     this.retryTimers.clear();
+    for (const { timer } of this.followUps.values()) timer.cancel();
+    this.followUps.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
     const deadline = Date.now() + (options.timeoutMs ?? 30_000);
@@ -998,15 +1013,68 @@ export class Scheduler<Tx> {
     }
   }
 
-  /** Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. */
+  /**
+   * Runs the job's PENDING ticks that are due, oldest first, until none is or one is not ours. A
+   * PENDING tick left because it is not yet due on this node's clock (a retry's delay; a tick
+   * queued by a node whose clock runs ahead, due at its own time) gets a follow-up here at its due
+   * time: this node may be the last to look at it, and nobody else would before the job fires again.
+   */
   private async drain(job: Job<Tx>): Promise<void> {
     const tried = new Set<number>();
     while (!this.stopping.signal.aborted) {
-      const due = await this.query((q) => this.ledger.nextDue(q, job, new Date(this.now())));
-      if (!due || tried.has(due.getTime())) return;
+      const next = await this.query((q) => this.ledger.nextPending(q, job, new Date(this.now())));
+      if (next === undefined) return;
+      if (!next.due) {
+        this.followUp(job, next.retryAt);
+        return;
+      }
+      const due = next.tick;
+      if (tried.has(due.getTime())) return;
       tried.add(due.getTime());
       if (!(await this.runOne(job, due, 'pending')).drain) return;
     }
+  }
+
+  /**
+   * Drains the job again at `at` (this node's clock), unless a follow-up is already set for then or
+   * earlier: the drain it runs sets the next one.
+   */
+  private followUp(job: Job<Tx>, at: Date): void {
+    if (this.stopping.signal.aborted) return;
+    const existing = this.followUps.get(job.name);
+    if (existing !== undefined && existing.at <= at.getTime()) return;
+    existing?.timer.cancel();
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, at.getTime() - this.now()));
+    const timer = this.clock.setTimer(delay, () => {
+      if (this.followUps.get(job.name)?.timer === timer) this.followUps.delete(job.name);
+      this.track(
+        this.drain(job).catch((error: unknown) => {
+          if (!this.stopping.signal.aborted)
+            this.emit({ type: 'error', job: job.name, tick: at, error });
+        }),
+      );
+    });
+    this.followUps.set(job.name, { at: at.getTime(), timer });
+  }
+
+  /**
+   * After this node queued a tick (committed) because another tick's run held the job: whether the
+   * job is free now, so that this node must run the queue itself. The run it queued behind may have
+   * ended and looked for due ticks before the queued one committed (a lost wake-up: nobody would run
+   * it before the job fires again). If the job is still held, its holder looks after it lets go —
+   * after the queued tick committed: a transaction-mode holder of the job's lock drains when it
+   * ends (see runInTransaction: a queue job's tick found done drains too); a lease's holder drains
+   * after recording its run's end.
+   */
+  private async jobFreeAfterQueuing(job: Job<Tx>): Promise<boolean> {
+    if (this.stopping.signal.aborted) return false;
+    if (job.settings.mode === 'lease')
+      return !(await this.query((q) => this.ledger.leaseHeld(q, job)));
+    const tried = await this.locks.withLock(this.keyOf(job), async () => undefined, {
+      signal: this.stopping.signal,
+      statementTimeoutMs: 0,
+    });
+    return tried.executed;
   }
 
   /**
@@ -1223,6 +1291,11 @@ export class Scheduler<Tx> {
               // error). Its work cannot commit; recording SUCCEEDED would be untrue and letting the
               // claim roll back would leave the tick to catch-up. It is a failed attempt.
               if (ctx.signal.aborted || isConnectionLoss(error)) throw error;
+              // Or the handler ended the tick's transaction itself (its own COMMIT or ROLLBACK):
+              // the savepoint went with it (no transaction: 25P01; a new one it began: 3B001).
+              // Not a rollback: what it wrote before may be committed, the claim with it.
+              if (['25P01', '3B001'].includes(sqlState(error) ?? ''))
+                throw taskEndedTransaction(`job "${job.name}"`);
               const rolledBack = new CommitRolledBackError(
                 `job "${job.name}": a statement of the handler failed inside the tick's transaction and the handler returned normally; none of its work can commit, so the attempt is recorded FAILED.`,
                 { cause: error },
@@ -1259,7 +1332,18 @@ export class Scheduler<Tx> {
           const decision = await this.whenHeld(job, tick);
           if (decision === 'again') continue;
           this.reportHeld(job, tick, decision);
+          if (decision === 'queued')
+            return { catchUp: [], drain: await this.jobFreeAfterQueuing(job) };
           return NOTHING;
+        }
+        if (claimed && error instanceof LockNotHeldError) {
+          // The handler ended the tick's transaction itself: its COMMIT committed its work so far
+          // and the claim (a RUNNING row no runner would ever finish), or its ROLLBACK took both.
+          // Recorded FAILED with the error, never retried (its work may be committed); no row
+          // (rolled back) stays none, for catch-up. The error event says LOCK_NOT_HELD.
+          const record: RunRecord = { kind: 'failed', error: describeError(error) };
+          await this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() => {});
+          throw error;
         }
         if (claimed && this.stopping.signal.aborted) {
           // The run rolled back: give the tick back so that the next instance runs it.
@@ -1271,7 +1355,9 @@ export class Scheduler<Tx> {
       }
       if (outcome.kind === 'done') {
         this.emit({ type: 'skipped-done', job: job.name, tick });
-        return { catchUp: outcome.catchUp, drain: false };
+        // A node that queued a tick while this one held the job's lock found the job busy and left
+        // the queue to this node (see jobFreeAfterQueuing): it must look once it lets go.
+        return { catchUp: outcome.catchUp, drain: job.settings.overlap === 'queue' };
       }
       if (outcome.kind === 'behind') {
         this.reportHeld(job, tick, outcome.decision);
@@ -1410,7 +1496,9 @@ export class Scheduler<Tx> {
       }
       if (c.kind === 'held' || c.kind === 'behind') {
         if (c.decision !== 'later') this.reportHeld(job, tick, c.decision);
-        return { catchUp: c.catchUp, drain: c.kind === 'behind' };
+        const drain =
+          c.kind === 'behind' || (c.decision === 'queued' && (await this.jobFreeAfterQueuing(job)));
+        return { catchUp: c.catchUp, drain };
       }
       const { lease, attempt } = c;
       let record = { kind: 'succeeded' } as RunRecord;

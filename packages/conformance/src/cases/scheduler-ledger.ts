@@ -19,6 +19,7 @@ import {
   type Scheduler,
   type SchedulerEvent,
   type SchedulerOptions,
+  SimulatedClock,
   sqlState,
 } from '@lockkit/core';
 import { expect } from 'vitest';
@@ -1036,6 +1037,244 @@ export function schedulerLedgerCases<Tx, Session>(
         }
         await Promise.all([r.stop(), q.stop(), d.stop()]);
         expect(ran).toEqual([1, 2, 3]);
+      }),
+    30_000,
+  );
+
+  /**
+   * Two nodes on a per-second job: `a` (clock `clockA`) runs tick 0 and is held in its handler
+   * until `release`; the handler records `owner tick` in `ran`. Tick 0 only is held.
+   */
+  const queueNodes = (
+    schema: string,
+    mode: 'transaction' | 'lease',
+    job: string,
+    clocks: { readonly a: SchedulerOptions; readonly b: SchedulerOptions },
+  ) => {
+    const ran: string[] = [];
+    const started = gate();
+    const release = gate();
+    const make = (owner: string, options: SchedulerOptions) => {
+      const s = node(schema, { owner, catchUpGraceMs: 0, ...options });
+      s.register(
+        job,
+        '* * * * * *',
+        async (run: { readonly tick: Date }) => {
+          const n = (run.tick.getTime() - BASE) / 1000;
+          ran.push(`${owner} ${n}`);
+          if (n === 0) {
+            started.open();
+            await release.promise;
+          }
+        },
+        // Lease mode: a fresh tick that finds the lease held is queued at once (overlap 'queue').
+        mode === 'lease'
+          ? { mode, overlap: 'queue', lease: { ttlMs: 10_000 }, claimTimeoutMs: 20_000 }
+          : { mode, overlap: 'queue', claimTimeoutMs: 200 },
+      );
+      return s;
+    };
+    return { ran, started, release, a: make('a', clocks.a), b: make('b', clocks.b) };
+  };
+
+  test(
+    'scheduler.queue-skewed-due-at-tick',
+    "overlap 'queue', in transaction and lease mode: a tick queued by a node whose clock runs 500 ms ahead is due at its own time on every clock — the runner, whose run ends 100 ms before that tick on its clock, runs it when its own timer fires it (it was left PENDING: 'waiting')",
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          let tA = BASE;
+          let tB = BASE + 500;
+          const n = queueNodes(schema, mode, job, {
+            a: { now: () => tA },
+            b: { now: () => tB },
+          });
+          const first = n.a.runTick(job, at(0));
+          await n.started.promise;
+          try {
+            // B, 500 ms ahead, fires tick 1 while A still runs tick 0: queued.
+            tA = BASE + 900;
+            tB = BASE + 1400;
+            await n.b.runTick(job, at(1));
+            expect(await statusOf(schema, job, at(1)), mode).toEqual(['PENDING']);
+          } finally {
+            n.release.open();
+            await first; // A's run ends at 0.9 s on its clock: tick 1 is not due for it yet
+          }
+          expect(n.ran, `${mode}: not run before its time on A's clock`).toEqual(['a 0']);
+          tA = BASE + 1000;
+          tB = BASE + 1500;
+          await n.a.runTick(job, at(1)); // A's timer fires tick 1 at its time
+          await Promise.all([n.a.stop(), n.b.stop()]);
+          expect(n.ran, mode).toEqual(['a 0', 'a 1']);
+          expect(await statusOf(schema, job, at(1)), mode).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.pending-not-due-followed-up',
+    "overlap 'queue', in transaction and lease mode: a node whose drain leaves a queued tick not yet due on its clock keeps a timer for it and runs it then — without firing that tick itself",
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clockA = new SimulatedClock(BASE);
+          let tB = BASE + 500;
+          const n = queueNodes(schema, mode, job, {
+            a: { clock: clockA },
+            b: { now: () => tB },
+          });
+          const ranByA = gate();
+          n.a.on('ran', (e) => {
+            if (e.tick.getTime() === at(1).getTime()) ranByA.open();
+          });
+          const first = n.a.runTick(job, at(0));
+          await n.started.promise;
+          try {
+            await clockA.advanceTo(BASE + 900);
+            tB = BASE + 1400;
+            await n.b.runTick(job, at(1)); // queued by B, due at 1 s
+          } finally {
+            n.release.open();
+            await first; // A's drain at 0.9 s leaves tick 1: not due on A's clock
+          }
+          expect(n.ran, mode).toEqual(['a 0']);
+          await clockA.advanceTo(BASE + 1000); // A's follow-up, not a firing of tick 1
+          const followed = await Promise.race([
+            ranByA.promise.then(() => true),
+            new Promise<false>((r) => setTimeout(r, 10_000, false)),
+          ]);
+          expect(followed, `${mode}: A ran tick 1 on its follow-up`).toBe(true);
+          await Promise.all([n.a.stop(), n.b.stop()]);
+          expect(n.ran, mode).toEqual(['a 0', 'a 1']);
+          expect(await statusOf(schema, job, at(1)), mode).toEqual(['SUCCEEDED']);
+        }
+      }),
+    30_000,
+  );
+
+  test(
+    'scheduler.queue-committed-after-drain',
+    "overlap 'queue', in transaction and lease mode, two nodes and one alone: a tick whose PENDING row commits just after the run it queued behind ended and looked for due ticks is run — the queuing node looks again after its commit",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        for (const mode of ['transaction', 'lease'] as const)
+          for (const nodes of ['two nodes', 'one node'] as const) {
+            const job = `job-${mode}-${nodes.replace(' ', '-')}`;
+            const clock = handClock(0);
+            const n = queueNodes(schema, mode, job, {
+              a: { now: clock.now },
+              b: { now: clock.now },
+            });
+            const queuer = nodes === 'two nodes' ? n.b : n.a;
+            // An outside transaction holds an uncommitted row of tick 1: the queuing node's
+            // INSERT of it waits there — after it judged the job busy, before its commit — as a
+            // slow network between its statements would. The row is rolled back, never seen.
+            const outside = await Observer.connect(
+              f.adapter.observerUrl?.() ?? f.adapter.databaseUrl(),
+            );
+            const first = n.a.runTick(job, at(0));
+            let queued: Promise<void> | undefined;
+            try {
+              await n.started.promise;
+              await outside.query('BEGIN');
+              await outside.query(
+                `INSERT INTO "${schema}".runs (namespace, job, tick, status, attempt, retry_at)
+                 VALUES ($1, $2, $3, 'PENDING', 0, $3)`,
+                [schema, job, at(1).toISOString()],
+              );
+              const [{ pid } = { pid: 0 }] = await outside.query<{ pid: number }>(
+                'SELECT pg_backend_pid() AS pid',
+              );
+              clock.set(1);
+              queued = queuer.runTick(job, at(1));
+              const waiting = await f.observer.until(
+                async () =>
+                  (
+                    await f.observer.query(
+                      `SELECT 1 FROM pg_locks w
+                        WHERE w.locktype = 'transactionid' AND NOT w.granted
+                          AND w.transactionid = (SELECT h.transactionid FROM pg_locks h
+                                                  WHERE h.pid = $1 AND h.granted
+                                                    AND h.locktype = 'transactionid' LIMIT 1)`,
+                      [pid],
+                    )
+                  ).length === 1,
+                10_000,
+              );
+              expect(waiting, `${mode}, ${nodes}: the queuing INSERT waits`).toBe(true);
+              n.release.open();
+              await first; // tick 0 ends, and its drain finds nothing committed
+              await outside.query('ROLLBACK');
+              await queued;
+            } finally {
+              n.release.open();
+              await outside.query('ROLLBACK').catch(() => undefined);
+              await outside.close();
+              await first;
+              await queued;
+              await Promise.all([n.a.stop(), n.b.stop()]);
+            }
+            expect(n.ran, `${mode}, ${nodes}`).toEqual([
+              'a 0',
+              nodes === 'two nodes' ? 'b 1' : 'a 1',
+            ]);
+            expect(await statusOf(schema, job, at(1)), `${mode}, ${nodes}`).toEqual(['SUCCEEDED']);
+          }
+      }),
+    60_000,
+  );
+
+  test(
+    'scheduler.stop-gives-back-skewed',
+    'in transaction and lease mode: a tick given back at stop() by a node whose clock runs 500 ms ahead is due for the replacement at once on its own clock, and runs with its next tick',
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          let tOld = BASE + 500;
+          let tNew = BASE;
+          const ran: string[] = [];
+          const started = gate();
+          const make = (owner: string, now: () => number) => {
+            const s = node(schema, { owner, now, catchUpGraceMs: 0 });
+            s.register(
+              job,
+              '* * * * * *',
+              async (run) => {
+                ran.push(`${owner} ${(run.tick.getTime() - BASE) / 1000}`);
+                if (owner !== 'old') return;
+                started.open();
+                await aborted(run.signal, 10_000);
+                throw run.signal.reason;
+              },
+              mode === 'lease' ? { mode, lease: { ttlMs: 10_000 } } : { mode },
+            );
+            return s;
+          };
+          const old = make('old', () => tOld);
+          const fresh = make('new', () => tNew);
+          const running = old.runTick(job, at(0));
+          await started.promise;
+          tOld = BASE + 1400; // 0.9 s on the replacement's clock
+          tNew = BASE + 900;
+          await old.stop({ timeoutMs: 5000 });
+          await running;
+          expect(await statusOf(schema, job, at(0)), mode).toEqual(['PENDING']);
+          tNew = BASE + 1000;
+          await fresh.runTick(job, at(1));
+          await fresh.stop();
+          expect(ran, `${mode}: the replacement runs its tick, then the given-back one`).toEqual([
+            'old 0',
+            'new 1',
+            'new 0',
+          ]);
+          expect(await statusOf(schema, job, at(0)), mode).toEqual(['SUCCEEDED']);
+        }
       }),
     30_000,
   );

@@ -18,6 +18,18 @@ export interface LedgerScope {
 }
 
 const iso = (d: Date) => d.toISOString();
+
+/**
+ * The `retry_at` of a PENDING row that is due at once — a queued tick, a tick given back, a tick
+ * held for catch-up — given the row's `tick` and the writing node's `now`: the tick's own time (or
+ * `now`, for a tick fired before its time by hand). Not the writer's `now` alone: that instant is
+ * on the writer's clock, and a reader whose clock runs behind found a tick queued by a node ahead
+ * not yet due, at the end of the run it queued behind and even when its own timer fired that very
+ * tick (skipped as "waiting"), leaving it to nobody. The tick's time is the same instant on every
+ * clock: every node whose timer fires the tick finds it due. Only a retry is due later than that
+ * (`retryDelayMs` after the failure, on the failing node's clock): a deliberate delay.
+ */
+const dueAtOnce = (tick: string, now: string) => `least(${tick}, ${now})`;
 const tokenParam = (token: bigint | null) => (token === null ? null : String(token));
 
 /**
@@ -198,7 +210,7 @@ export function finishTickStatement(
 
 /**
  * Gives a lease-mode run's tick back — stop() aborted it, or the database went away under its
- * fenced write — PENDING again from `now`, `note` saying why; the attempt not counted unless
+ * fenced write — PENDING again, due at once (see `dueAtOnce`), `note` saying why; the attempt not counted unless
  * `countAttempt` (an interrupted run counts, so that give-backs stay bounded). Only under the
  * run's own token. One row when given back.
  */
@@ -213,7 +225,8 @@ export function giveBackClaimStatement(
 ): Statement {
   return {
     text: `UPDATE ${schema}.runs
-              SET status = 'PENDING', attempt = attempt - $7::int, retry_at = $5, owner = NULL,
+              SET status = 'PENDING', attempt = attempt - $7::int,
+                  retry_at = ${dueAtOnce('tick', '$5::timestamptz')}, owner = NULL,
                   token = NULL, started_at = NULL, error = $6
             WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING' AND token = $4::int8
            RETURNING tick`,
@@ -222,7 +235,7 @@ export function giveBackClaimStatement(
 }
 
 /**
- * Records `ticks` PENDING from `now` (attempt 0, `note` in `error`), each unless it has a row: a
+ * Records `ticks` PENDING, due at once (see `dueAtOnce`; attempt 0, `note` in `error`), each unless it has a row: a
  * tick given back, or held for catch-up. One statement for any number of ticks; the rows
  * recorded (`tick`).
  */
@@ -236,7 +249,8 @@ export function pendingTicksStatement(
 ): Statement {
   return {
     text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
-           SELECT $1::text, $2::text, t::timestamptz, 'PENDING', 0, $4::timestamptz, $5::text, $6::text
+           SELECT $1::text, $2::text, t::timestamptz, 'PENDING', 0,
+                  ${dueAtOnce('t::timestamptz', '$4::timestamptz')}, $5::text, $6::text
              FROM json_array_elements_text($3::text::json) AS t
            ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
     params: [namespace, job, JSON.stringify(ticks.map(iso)), iso(now), hash, note],
@@ -245,7 +259,8 @@ export function pendingTicksStatement(
 
 /**
  * Gives back the RUNNING rows of lease-mode runs whose token is older than the live one (their
- * holder died or lost the lease): PENDING from `now`, the dead attempt not counted. Rows `tick`.
+ * holder died or lost the lease): PENDING, due at once (see `dueAtOnce`), the dead attempt not
+ * counted. Rows `tick`.
  */
 export function giveBackAbandonedStatement(
   { schema, namespace }: LedgerScope,
@@ -255,7 +270,8 @@ export function giveBackAbandonedStatement(
 ): Statement {
   return {
     text: `UPDATE ${schema}.runs
-              SET status = 'PENDING', attempt = attempt - 1, retry_at = $4, owner = NULL, token = NULL,
+              SET status = 'PENDING', attempt = attempt - 1,
+                  retry_at = ${dueAtOnce('tick', '$4::timestamptz')}, owner = NULL, token = NULL,
                   error = 'given back: the run did not finish under its fencing token'
             WHERE namespace = $1 AND job = $2 AND status = 'RUNNING'
               AND token IS NOT NULL AND token < $3::int8
@@ -303,7 +319,7 @@ export function ranAfterStatement(
 }
 
 /**
- * Queues a tick that overlaps a running one: PENDING from `now`, unless it has a row already or
+ * Queues a tick that overlaps a running one: PENDING, due at once (see `dueAtOnce`), unless it has a row already or
  * the job has `limit` PENDING rows. One row when queued.
  */
 export function queueTickStatement(
@@ -317,7 +333,8 @@ export function queueTickStatement(
 ): Statement {
   return {
     text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, owner, attempt, retry_at, schedule_hash)
-           SELECT $1::text, $2::text, $3::timestamptz, 'PENDING', $4::text, 0, $6::timestamptz, $5::text
+           SELECT $1::text, $2::text, $3::timestamptz, 'PENDING', $4::text, 0,
+                  ${dueAtOnce('$3::timestamptz', '$6::timestamptz')}, $5::text
             WHERE (SELECT count(*) FROM ${schema}.runs
                     WHERE namespace = $1 AND job = $2 AND status = 'PENDING') < $7::int4
            ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
@@ -336,6 +353,38 @@ export function nextDueStatement(
             WHERE namespace = $1 AND job = $2 AND status = 'PENDING' AND retry_at <= $3
             ORDER BY tick LIMIT 1`,
     params: [namespace, job, iso(now)],
+  };
+}
+
+/**
+ * What a drain does next: the job's oldest PENDING tick whose `retry_at` has come (`tick`, `due`
+ * true), or, when none has, the PENDING tick due soonest (`due` false, `retry_at`) — a drain that
+ * leaves it keeps a timer for it. No row when nothing is PENDING.
+ */
+export function nextPendingStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  now: Date,
+): Statement {
+  return {
+    text: `SELECT tick, retry_at, retry_at <= $3 AS due FROM ${schema}.runs
+            WHERE namespace = $1 AND job = $2 AND status = 'PENDING'
+            ORDER BY retry_at <= $3 DESC, CASE WHEN retry_at <= $3 THEN tick ELSE retry_at END, tick
+            LIMIT 1`,
+    params: [namespace, job, iso(now)],
+  };
+}
+
+/**
+ * Whether a lease-mode job's lease is held (in progress and not expired, on the server's clock):
+ * one row, `held`. Its holder records its run's end later, and then runs what is due.
+ */
+export function leaseHeldStatement(schema: string, leaseNamespace: string, job: string): Statement {
+  return {
+    text: `SELECT EXISTS (SELECT 1 FROM ${schema}.leases
+                           WHERE namespace = $1 AND job_key = $2 AND status = 'IN_PROGRESS'
+                             AND expires_at > clock_timestamp()) AS held`,
+    params: [leaseNamespace, job],
   };
 }
 
