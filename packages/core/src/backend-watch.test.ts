@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BackendWatch } from './backend-watch.js';
 import { ConnectionFate } from './connection-fate.js';
 import { isConnectionLoss } from './connection-loss.js';
@@ -135,6 +135,107 @@ describe('BackendWatch', () => {
     await lenient.check();
     expect(a.fate.reason).toBe(down);
     expect(b.fate.aborted).toBe(false);
+  });
+});
+
+describe('BackendWatch while the pool is busy', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A question through the pool that waits for a free connection until `free` is called. */
+  function busyPool() {
+    let free = () => {};
+    const asked: unknown[][] = [];
+    const run = (_text: string, params: readonly unknown[]) => {
+      asked.push([...params]);
+      return new Promise<unknown>((resolve) => {
+        free = () => resolve([]);
+      });
+    };
+    return { run, asked, free: () => free() };
+  }
+
+  it('probes each watched connection itself when the question through the pool still waits at the next tick', async () => {
+    vi.useFakeTimers();
+    const pool = busyPool();
+    const watch = new BackendWatch(pool.run, { intervalMs: 100 });
+    const lost = Object.assign(new Error('Client was closed and is not queryable'), {});
+    const probes: string[] = [];
+    const dead = {
+      pid: 5,
+      fate: new ConnectionFate(),
+      probe: () => {
+        probes.push('dead');
+        return Promise.reject(lost);
+      },
+    };
+    const failedTx = {
+      pid: 6,
+      fate: new ConnectionFate(),
+      probe: () => {
+        probes.push('failed');
+        // A transaction a failed statement aborted refuses every statement: not a lost connection.
+        return Promise.reject(
+          Object.assign(new Error('current transaction is aborted'), { code: '25P02' }),
+        );
+      },
+    };
+    const live = {
+      pid: 7,
+      fate: new ConnectionFate(),
+      probe: () => {
+        probes.push('live');
+        return Promise.resolve([{ '?column?': 1 }]);
+      },
+    };
+    const unprobed = { pid: 8, fate: new ConnectionFate() };
+    for (const backend of [dead, failedTx, live, unprobed]) watch.add(backend);
+    await vi.advanceTimersByTimeAsync(100);
+    // The first tick asks through the pool, and probes nothing.
+    expect(pool.asked).toEqual([[[5, 6, 7, 8]]]);
+    expect(probes).toEqual([]);
+    await vi.advanceTimersByTimeAsync(100);
+    // The question still waits for a connection: each watched connection is probed instead.
+    expect(pool.asked).toHaveLength(1);
+    expect(probes).toEqual(['dead', 'failed', 'live']);
+    expect(dead.fate.reason).toBe(lost);
+    expect([failedTx, live, unprobed].map((b) => b.fate.aborted)).toEqual([false, false, false]);
+    await vi.advanceTimersByTimeAsync(100);
+    // The dead one is not probed again; the others are, while the question waits.
+    expect(probes).toEqual(['dead', 'failed', 'live', 'failed', 'live']);
+    pool.free();
+    await vi.advanceTimersByTimeAsync(100);
+    // Answered: the next tick asks through the pool again, and probes nothing.
+    expect(pool.asked).toEqual([[[5, 6, 7, 8]], [[6, 7, 8]]]);
+    expect(probes).toHaveLength(5);
+    watch.add({ pid: 9, fate: new ConnectionFate() })();
+  });
+
+  it('never has two probes of one connection under way', async () => {
+    vi.useFakeTimers();
+    const pool = busyPool();
+    const watch = new BackendWatch(pool.run, { intervalMs: 100 });
+    let probes = 0;
+    let answer = () => {};
+    const slow = {
+      pid: 5,
+      fate: new ConnectionFate(),
+      // Queued behind the task's own long statement on its connection.
+      probe: () => {
+        probes += 1;
+        return new Promise<void>((resolve) => {
+          answer = resolve;
+        });
+      },
+    };
+    const stop = watch.add(slow);
+    await vi.advanceTimersByTimeAsync(300);
+    expect(probes).toBe(1);
+    answer();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(probes).toBe(2);
+    stop();
   });
 });
 

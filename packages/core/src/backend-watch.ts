@@ -2,11 +2,14 @@
  * Knowing that a leased connection died, for drivers that do not say so (Prisma exposes no
  * connection events; postgres.js tells only that *some* connection closed). The watch asks the
  * server, through a connection of the pool, which watched backend pids are gone, and reports each
- * one to its lease's {@link ConnectionFate}. One module for every adapter, tested once.
+ * one to its lease's {@link ConnectionFate}. That question needs a free connection: while every
+ * connection of the pool is busy it waits, so a watched lease may also be probed on its own
+ * connection ({@link WatchedBackend.probe}). One module for every adapter, tested once.
  *
  * @packageDocumentation
  */
 import type { ConnectionFate } from './connection-fate.js';
+import { isConnectionLoss } from './connection-loss.js';
 import { deadBackendsStatement } from './sql/locks.js';
 
 /** Runs one statement outside any watched transaction (through the pool); resolves with rows. */
@@ -18,13 +21,23 @@ export interface WatchedBackend {
   pid: number | undefined;
   /** Aborted when the backend is found gone. */
   readonly fate: ConnectionFate;
+  /**
+   * Sends a harmless statement (`SELECT 1`) on the watched connection itself. Used only while the
+   * periodic question through the pool is still waiting when the next one is due: every connection
+   * of the pool is busy, so the pool cannot say whether this one died, but a statement on a dead
+   * connection fails at once. A rejection that is a lost connection aborts the fate; any other
+   * (a failed transaction refuses statements) says nothing. At most one probe per backend at a time.
+   */
+  readonly probe?: () => Promise<unknown>;
 }
 
 /** Options of a {@link BackendWatch}. */
 export interface BackendWatchOptions {
   /**
    * Ask every this many milliseconds while something is watched (for drivers that report
-   * nothing). Without it the watch asks only when {@link BackendWatch.check} is called.
+   * nothing). Without it the watch asks only when {@link BackendWatch.check} is called. When a
+   * question is still waiting as the next one falls due, the watched backends that have a
+   * {@link WatchedBackend.probe} are probed instead.
    */
   readonly intervalMs?: number;
   /**
@@ -57,6 +70,8 @@ export class BackendWatch {
    */
   private next: Set<WatchedBackend> | undefined;
   private polling = false;
+  /** Backends whose probe is under way. */
+  private readonly probing = new WeakSet<WatchedBackend>();
 
   constructor(
     private readonly run: RunStatement,
@@ -70,6 +85,9 @@ export class BackendWatch {
     if (intervalMs !== undefined && this.timer === undefined) {
       this.timer = setInterval(() => {
         if (this.checking === undefined && !this.polling) void this.poll();
+        // The last question still waits, for a free connection most likely: every connection of
+        // the pool is busy (the app's own queries, other tasks). Ask each watched connection.
+        else this.probe();
       }, intervalMs);
       this.timer.unref();
     }
@@ -145,6 +163,21 @@ export class BackendWatch {
       this.failed(error);
     } finally {
       this.polling = false;
+    }
+  }
+
+  /** Probes every live watched backend that has a probe and none under way. */
+  private probe(): void {
+    for (const backend of this.watched) {
+      const { probe, fate } = backend;
+      if (probe === undefined || fate.aborted || this.probing.has(backend)) continue;
+      this.probing.add(backend);
+      Promise.resolve()
+        .then(probe)
+        .then(undefined, (error: unknown) => {
+          if (isConnectionLoss(error)) fate.abort(error);
+        })
+        .finally(() => this.probing.delete(backend));
     }
   }
 

@@ -91,6 +91,9 @@ export interface KyselyExecutorOptions {
   readonly livenessCheckMs?: number;
 }
 
+/** The statement a watched connection is probed with: it fails at once on a dead connection. */
+const PROBE = 'SELECT 1';
+
 /** Core's statement as a Kysely compiled query: text and parameters as they are. */
 function compiled(text: string, params: readonly unknown[] | undefined): CompiledQuery<Row> {
   return CompiledQuery.raw(text, params === undefined ? [] : [...params]);
@@ -216,9 +219,13 @@ export function kyselyExecutor<DB>(
   }
   const nested = new NestedCallGuard(name, singleConnection, pool ?? db);
 
-  /** Watches the backend of one transaction or session; the returned function stops. */
-  const watched = (pid: unknown, fate: ConnectionFate): (() => void) =>
-    watch.add({ pid: Number(pid), fate });
+  /**
+   * Watches the backend of one transaction or session; the returned function stops. `probe`
+   * sends a statement on the watched connection itself, for when every connection of the pool is
+   * busy and the question through the pool waits.
+   */
+  const watched = (pid: unknown, fate: ConnectionFate, probe?: () => Promise<unknown>) =>
+    watch.add({ pid: Number(pid), fate, ...(probe && { probe }) });
 
   /** One transaction on a connection Kysely takes from its pool. */
   function begin<T>(fn: (ctx: TransactionContext<Transaction<DB>>) => Promise<T>): Promise<T> {
@@ -226,35 +233,47 @@ export function kyselyExecutor<DB>(
     const fate = new ConnectionFate();
     let running: Promise<unknown> | undefined;
     let unwatch: (() => void) | undefined;
-    // Alone in its pool, the transaction's connection is the one the pool lent last: its close
-    // aborts the transaction at once. The dead-backend check could not: it asks through the pool,
-    // whose only connection the dead transaction still holds until its task gives up.
+    // With the pool, the transaction's connection is known (the pool's connect() reports it under
+    // lockkit's mark): its close aborts the transaction at once. Asking the server could not: it
+    // needs a free connection of the pool, and all of them may be busy (the app's own queries,
+    // other tasks; on a pool of one, the dead transaction's own).
     let slot: ReturnType<typeof slotOf> | undefined;
-    return db
-      .transaction()
-      .execute(async (trx) => {
-        if (singleConnection && lent !== undefined) {
-          slot = slotOf(lent);
+    const open = () =>
+      db.transaction().execute(async (trx) => {
+        const client = pool === undefined ? undefined : takePinned<KyselyPgClientLike>();
+        if (client !== undefined) {
+          slot = slotOf(client);
           slot.current = fate;
+          if (slot.lost !== undefined) fate.abort(slot.lost);
         }
         const send = sender(trx as unknown as Kysely<never>, fate);
-        // The backend to watch: core's opening statements report it (they start with
-        // BACKEND_PID), which saves a round trip; after any other first statement, ask.
+        // Probes only while the task runs: one sent later could reach the connection after COMMIT.
+        let taskRunning = true;
+        const probe = () => (taskRunning ? send(PROBE) : Promise.resolve());
+        // The backend to watch (as well, with the connection known: a transaction pooler may
+        // keep the link open while the server's backend is gone): core's opening statements
+        // report it (they start with BACKEND_PID), which saves a round trip; after any other
+        // first statement, ask.
         const query: QueryFn = async (text, params) => {
           const rows = await send(text, params);
           if (unwatch === undefined) {
             const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-            unwatch = watched(reported[0]?.pid, fate);
+            // No probe with the connection known: its events need no free connection, and a
+            // probe would count as activity against idleInTransactionTimeoutMs.
+            unwatch = watched(reported[0]?.pid, fate, slot === undefined ? probe : undefined);
           }
           return rows;
         };
         const ctx = new FateTransactionContext(query, trx, fate);
-        const interrupt = singleConnection ? interrupter(lent) : undefined;
+        const interrupt = singleConnection ? interrupter(client ?? lent) : undefined;
         if (interrupt) ctx.interrupt = interrupt;
         const task = nested.run(() => fn(ctx));
         running = task;
-        return task;
-      })
+        return task.finally(() => {
+          taskRunning = false;
+        });
+      });
+    return (pool === undefined ? open() : underPinMark(open))
       .catch(async (error: unknown) => {
         if (isConnectionLoss(error)) fate.abort(error);
         // Kysely rejects once its COMMIT or ROLLBACK failed: let the task finish first.
@@ -311,10 +330,14 @@ export function kyselyExecutor<DB>(
           // more connections core cancels from another one.
           const interrupt = singleConnection ? interrupter(client ?? lent) : undefined;
           let discarded = false;
+          // Probes only while the task runs: one sent later could reach the connection after
+          // Kysely gave it back.
+          let taskRunning = true;
+          const probe = () => (taskRunning ? query(PROBE) : Promise.resolve());
           try {
             if (slot === undefined) {
               const [row] = await query(BACKEND_PID);
-              unwatch = watched(row?.pid, fate);
+              unwatch = watched(row?.pid, fate, probe);
             }
             return await nested.run(() =>
               fn({
@@ -332,6 +355,7 @@ export function kyselyExecutor<DB>(
               }),
             );
           } finally {
+            taskRunning = false;
             unwatch?.();
             if (slot?.current === fate) slot.current = undefined;
             // Without the pool lockkit cannot end a dead connection, and Kysely gives it back as

@@ -1,11 +1,13 @@
 /**
- * Which `pg` connection Kysely pinned for a session. Kysely keeps its driver's connection private,
- * but lockkit needs it there: its startup pid (BackendKeyData) is how a transaction pooler is
- * detected, its transaction status tells whether a task left a transaction open, and it is the one
- * connection to close after the task. The pool's `connect` is wrapped once: a call made while
- * lockkit asks (an `AsyncLocalStorage` mark around `db.connection().execute(…)`) reports the
- * connection it resolves with. Kysely calls it in that very async context, whether the pool had
- * a connection free or the call queued.
+ * Which `pg` connection Kysely pinned for a session or a transaction. Kysely keeps its driver's
+ * connection private, but lockkit needs it there: its `'end'` and `'error'` events tell at once
+ * that the task's connection died (asking the server needs a free connection of the pool, and all
+ * may be busy), its startup pid (BackendKeyData) is how a transaction pooler is detected, its
+ * transaction status tells whether a task left a transaction open, and it is the one connection to
+ * close after a session's task. The pool's `connect` is wrapped once: a call made while lockkit
+ * asks (an `AsyncLocalStorage` mark around `db.connection().execute(…)` or
+ * `db.transaction().execute(…)`) reports the connection it resolves with. Kysely calls it in that
+ * very async context, whether the pool had a connection free or the call queued.
  *
  * @packageDocumentation
  */
@@ -16,6 +18,8 @@ interface Ask<C> {
   client: C | undefined;
   /** Set once the session's callback runs: connections asked for from then on are the task's. */
   closed: boolean;
+  /** Set once the mark no longer counts in {@link marked}. */
+  unmarked: boolean;
 }
 
 /** One mark for every pool: a session's store is its own object. */
@@ -60,13 +64,24 @@ export function watchConnects<C>(pool: ConnectablePool<C>): void {
  */
 export async function underPinMark<T>(open: () => Promise<T>): Promise<T> {
   marked += 1;
+  const ask: Ask<unknown> = { client: undefined, closed: false, unmarked: false };
   try {
-    return await asking.run({ client: undefined, closed: false }, open);
+    return await asking.run(ask, open);
   } finally {
-    marked -= 1;
-    // Node hooks every promise of the process while a storage is enabled: only while asked.
-    if (marked === 0) asking.disable();
+    unmark(ask);
   }
+}
+
+/**
+ * Stops counting `ask` among the marks (once). Node hooks every promise of the process while a
+ * storage is enabled: it is switched off as soon as no mark still waits for its connection, not
+ * when the task ends.
+ */
+function unmark(ask: Ask<unknown>): void {
+  if (ask.unmarked) return;
+  ask.unmarked = true;
+  marked -= 1;
+  if (marked === 0) asking.disable();
 }
 
 /**
@@ -77,5 +92,6 @@ export function takePinned<C>(): C | undefined {
   const ask = asking.getStore();
   if (ask === undefined) return undefined;
   ask.closed = true;
+  unmark(ask);
   return ask.client as C | undefined;
 }

@@ -51,6 +51,9 @@ export interface PrismaExecutorOptions extends PrismaTransactionOptions {
   readonly livenessCheckMs?: number;
 }
 
+/** The statement a watched connection is probed with: it fails at once on a dead connection. */
+const PROBE = 'SELECT 1';
+
 function codeOf(error: unknown): string | undefined {
   const e = error as {
     code?: unknown;
@@ -161,6 +164,12 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
             throw expired ?? error;
           }
         };
+        // While every connection of the pool is busy, the watch's question through the pool waits:
+        // it probes the transaction's own connection instead, where a statement fails at once if
+        // the connection died. Only while the task runs: Prisma commits once it returns. Sent as
+        // is, not through `send`: the watch alone decides what a failed probe means.
+        let taskRunning = true;
+        const probe = () => (taskRunning ? tx.$queryRawUnsafe(PROBE) : Promise.resolve());
         // The backend to watch: core's opening statements report it (they start with
         // BACKEND_PID), which saves a round trip; after any other first statement, ask.
         let watching = false;
@@ -169,13 +178,17 @@ export function prismaExecutor<Tx extends PrismaTransactionClientLike>(
           if (!watching) {
             watching = true;
             const reported = text.startsWith(BACKEND_PID) ? rows : await send(BACKEND_PID);
-            unwatch = watch.add({ pid: Number(reported[0]?.pid), fate });
+            unwatch = watch.add({ pid: Number(reported[0]?.pid), fate, probe });
           }
           return rows;
         };
         const task = fn(new FateTransactionContext(query, tx, fate));
         running = task;
-        return await task;
+        try {
+          return await task;
+        } finally {
+          taskRunning = false;
+        }
       }, limits);
     } catch (error) {
       const expired = expiry(error, limits);
