@@ -30,7 +30,7 @@ import {
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
-import { isDroppedReserve, type StaleFatalGuard, staleFatalGuard } from './stale-fatal.js';
+import { staleFatalShield } from './stale-fatal.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
 export interface PostgresResultLike extends ArrayLike<unknown> {
@@ -42,7 +42,7 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 export interface PostgresReservedLike {
   /**
    * `options.onexecute` (postgres.js's own, as `sql.begin` uses it) is handed the connection the
-   * statement runs on: lockkit reconnects it after a loss (see `stale-fatal.ts`).
+   * statement runs on: lockkit wraps its reconnects (see `stale-fatal.ts`).
    */
   unsafe(
     text: string,
@@ -138,8 +138,13 @@ interface Lease<R> {
   readonly discard: () => void;
   /** Whether the task's own statements ended the transaction (see {@link TransactionEnd}). */
   readonly ended: () => boolean | undefined;
-  /** The lease's first statement captures its connection, reopened after a loss. */
-  readonly stale: StaleFatalGuard;
+  /** Options of the lease's first statement: they capture its connection. */
+  readonly capture: { readonly onexecute: (connection: unknown) => boolean };
+  /**
+   * Whether the lease's connection is known to be open still: captured, and not closed since
+   * (a lease can be told its connection is lost when it is not, by a failed dead-backend check).
+   */
+  readonly open: () => boolean;
 }
 
 /**
@@ -174,24 +179,21 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     );
   }
   const watch = ConnectionWatch.of(sql);
+  // postgres.js hands a dead connection's FATAL to the next request its slot reconnects for.
+  const shield = staleFatalShield(sql);
 
   // A pool of one: a lockkit call from inside a task could never get a connection.
   const nested = new NestedCallGuard(options.name ?? 'postgres', sql.options.max === 1, sql);
 
   async function lease(): Promise<Lease<R>> {
     nested.check();
-    let reserved: R;
-    for (;;) {
-      try {
-        reserved = await sql.reserve();
-        break;
-      } catch (error) {
-        // A request postgres.js would have dropped when a connection closed: never served.
-        if (!isDroppedReserve(error)) throw error;
-      }
-    }
+    const reserved = await sql.reserve();
     const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
-    const stop = watch.add(watched);
+    const unwatch = watch.add(watched);
+    const stop = () => {
+      unwatch();
+      unwatchClose?.();
+    };
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
     let pending: { cancel?: () => unknown } | undefined;
@@ -231,10 +233,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // Its promise settles when the server has closed that socket, which it does only after
     // signalling the backend: awaited (core awaits `interrupt` before sending anything more on
     // the connection), the cancel can only land on the statement it was meant for, never on a
-    // later one, so the connection needs no ending afterwards. Ending it would hurt someone else:
-    // postgres.js keeps a dying connection's FATAL error (57P01) and rejects the next query it
-    // reconnects for with it — an unrelated query queued on the pool.
+    // later one, so the connection needs no ending afterwards (and keeps its slot warm).
     let discarded = false;
+    let connection: unknown;
+    let closesAtCapture: number | undefined;
+    let unwatchClose: (() => void) | undefined;
     const interrupt =
       sql.options.max === 1
         ? async () => {
@@ -325,62 +328,84 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         discarded = true;
       },
       ended: () => (transactionEnd === 'no' ? false : transactionEnd === 'yes' ? true : undefined),
-      stale: staleFatalGuard(sql),
+      capture: {
+        onexecute: (candidate) => {
+          const adopted = shield.capture.onexecute(candidate);
+          if (connection === undefined) {
+            connection = candidate;
+            closesAtCapture = shield.closes(candidate);
+            if (closesAtCapture !== undefined) {
+              unwatchClose = shield.onClose(candidate, (error) => fate.abort(error));
+            }
+          }
+          return adopted;
+        },
+      },
+      open: () =>
+        connection !== undefined &&
+        closesAtCapture !== undefined &&
+        shield.closes(connection) === closesAtCapture,
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
-    if (l.discarded() && !l.watched.fate.aborted) {
-      // Not to be lent on as it is. Ending the backend would hurt others: postgres.js hands the
-      // dying connection's error (57P01) to the next query it reconnects for. So reset it —
-      // settings (custom ones too), role, locks, LISTEN, temporary objects, sequences, SQL
-      // prepared statements — and lend it on. Not DISCARD ALL: dropping the statements postgres.js
-      // prepared itself corrupts its queue. Only a connection the reset fails on is ended.
+    const aborted = l.watched.fate.aborted;
+    if (aborted && !l.open()) {
+      // A dead reserved connection is already back in postgres.js's closed queue; releasing it
+      // would list it as open, and the next query on it would crash. postgres.js reconnects the
+      // slot; the FATAL it died with is taken by lockkit's throwaway (see `stale-fatal.ts`).
+      l.stop();
+      return;
+    }
+    if (!aborted && !l.discarded()) {
+      l.stop();
+      l.reserved.release();
+      return;
+    }
+    if (!aborted) {
+      // Not to be lent on as it is: reset it — settings (custom ones too), role, locks, LISTEN,
+      // temporary objects, sequences, SQL prepared statements — and lend it on. Not DISCARD ALL:
+      // dropping the statements postgres.js prepared itself corrupts its queue. Only a
+      // connection the reset fails on is ended.
       const reset = await l.reserved.unsafe(SESSION_RESET).then(
         () => 'done' as const,
         (error: unknown) => (isConnectionLoss(error) ? ('lost' as const) : ('failed' as const)),
       );
       if (reset === 'done' && !l.watched.fate.aborted) {
         l.stop();
-        l.stale.forget();
         l.reserved.release();
         return;
       }
       // The link died under the reset: nothing more may be sent on it (postgres.js would never
       // answer, or crash the process from a timer writing to its closed socket); it is in
       // postgres.js's closed queue already, and the server rolls back and unlocks on its own.
-      if (reset === 'lost' || l.watched.fate.aborted) {
+      if (reset === 'lost' || !l.open()) {
         l.stop();
-        l.stale.reopen();
         return;
       }
-      // A task may have switched to a role that may not end its own backend: back to the
-      // authenticated user first.
-      for (const statement of RESET_AUTHORIZATION) {
-        await l.reserved.unsafe(statement).then(
-          () => {},
-          () => {},
-        );
-      }
-      await l.reserved.unsafe(END_OWN_BACKEND).then(
+    } else {
+      // Told lost while its connection is still open (a dead-backend check that failed): the task
+      // was told its work is gone, so nothing of it may survive, and its transaction may still be
+      // open. It is ended below, never lent on.
+      await l.reserved.unsafe('ROLLBACK').then(
         () => {},
         () => {},
       );
-      // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
-      // It ended under a statement: its slot is reconnected now, for the reason in finish's end.
-      l.stop();
-      l.stale.reopen();
-      return;
     }
+    // A task may have switched to a role that may not end its own backend: back to the
+    // authenticated user first.
+    for (const statement of RESET_AUTHORIZATION) {
+      await l.reserved.unsafe(statement).then(
+        () => {},
+        () => {},
+      );
+    }
+    await l.reserved.unsafe(END_OWN_BACKEND).then(
+      () => {},
+      () => {},
+    );
+    // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
     l.stop();
-    // A dead reserved connection is already back in postgres.js's closed queue; releasing it
-    // would list it as open, and the next query on it would crash. Its slot is reconnected now,
-    // so that a FATAL it died with goes to a query of lockkit's, not the next caller's.
-    if (l.watched.fate.aborted) l.stale.reopen();
-    else {
-      l.stale.forget();
-      l.reserved.release();
-    }
   }
 
   async function inTransaction<T>(
@@ -402,7 +427,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       const results = (await l.reserved.unsafe(
         texts.join('; '),
         [],
-        l.stale.capture,
+        l.capture,
       )) as unknown as PostgresResultLike[];
       const openingRows = opening === undefined ? [] : Array.from(results.at(-1) as ArrayLike<Row>);
       l.watched.pid = Number(
@@ -442,7 +467,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
       const l = await lease();
       try {
-        const result = await l.reserved.unsafe(BACKEND_PID, [], l.stale.capture);
+        const result = await l.reserved.unsafe(BACKEND_PID, [], l.capture);
         l.watched.pid = Number((Array.from(result) as Row[])[0]?.pid);
         // The pid postgres.js got in BackendKeyData at connect: PgBouncer invents its own.
         const backendPid = result.state?.pid ?? undefined;
