@@ -340,11 +340,12 @@ class Shield implements StaleFatalShield {
 const shields = new WeakMap<object, Shield>();
 
 /**
- * The shield of `sql`'s pool (created on first use, shared by its executors), hooked on the
- * instance's `options.onclose`.
+ * The shield of `sql`'s pool (created on first use, shared by its executors: keyed by the pool's
+ * options object, which every handle on one pool shares), hooked on its `options.onclose`.
  */
 export function staleFatalShield(sql: ShieldSqlLike): StaleFatalShield {
-  let shield = shields.get(sql);
+  const pool: object = sql.options;
+  let shield = shields.get(pool);
   if (shield === undefined) {
     const created = new Shield(sql);
     const original = sql.options.onclose;
@@ -352,7 +353,7 @@ export function staleFatalShield(sql: ShieldSqlLike): StaleFatalShield {
       created.closed(connectionId);
       if (typeof original === 'function') original(connectionId);
     };
-    shields.set(sql, created);
+    shields.set(pool, created);
     shield = created;
   }
   return shield;
