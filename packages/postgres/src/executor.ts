@@ -140,11 +140,6 @@ interface Lease<R> {
   readonly ended: () => boolean | undefined;
   /** Options of the lease's first statement: they capture its connection. */
   readonly capture: { readonly onexecute: (connection: unknown) => boolean };
-  /**
-   * Whether the lease's connection is known to be open still: captured, and not closed since
-   * (a lease can be told its connection is lost when it is not, by a failed dead-backend check).
-   */
-  readonly open: () => boolean;
 }
 
 /**
@@ -235,8 +230,6 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // the connection), the cancel can only land on the statement it was meant for, never on a
     // later one, so the connection needs no ending afterwards (and keeps its slot warm).
     let discarded = false;
-    let connection: unknown;
-    let closesAtCapture: number | undefined;
     let unwatchClose: (() => void) | undefined;
     const interrupt =
       sql.options.max === 1
@@ -331,38 +324,17 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       capture: {
         onexecute: (candidate) => {
           const adopted = shield.capture.onexecute(candidate);
-          if (connection === undefined) {
-            connection = candidate;
-            closesAtCapture = shield.closes(candidate);
-            if (closesAtCapture !== undefined) {
-              unwatchClose = shield.onClose(candidate, (error) => fate.abort(error));
-            }
+          if (unwatchClose === undefined) {
+            unwatchClose = shield.onClose(candidate, (error) => fate.abort(error));
           }
           return adopted;
         },
       },
-      open: () =>
-        connection !== undefined &&
-        closesAtCapture !== undefined &&
-        shield.closes(connection) === closesAtCapture,
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
-    const aborted = l.watched.fate.aborted;
-    if (aborted && !l.open()) {
-      // A dead reserved connection is already back in postgres.js's closed queue; releasing it
-      // would list it as open, and the next query on it would crash. postgres.js reconnects the
-      // slot; the FATAL it died with is taken by lockkit's throwaway (see `stale-fatal.ts`).
-      l.stop();
-      return;
-    }
-    if (!aborted && !l.discarded()) {
-      l.stop();
-      l.reserved.release();
-      return;
-    }
-    if (!aborted) {
+    if (l.discarded() && !l.watched.fate.aborted) {
       // Not to be lent on as it is: reset it — settings (custom ones too), role, locks, LISTEN,
       // temporary objects, sequences, SQL prepared statements — and lend it on. Not DISCARD ALL:
       // dropping the statements postgres.js prepared itself corrupts its queue. Only a
@@ -379,33 +351,32 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // The link died under the reset: nothing more may be sent on it (postgres.js would never
       // answer, or crash the process from a timer writing to its closed socket); it is in
       // postgres.js's closed queue already, and the server rolls back and unlocks on its own.
-      if (reset === 'lost' || !l.open()) {
+      if (reset === 'lost' || l.watched.fate.aborted) {
         l.stop();
         return;
       }
-    } else {
-      // Told lost while its connection is still open (a dead-backend check that failed): the task
-      // was told its work is gone, so nothing of it may survive, and its transaction may still be
-      // open. It is ended below, never lent on.
-      await l.reserved.unsafe('ROLLBACK').then(
+      // A task may have switched to a role that may not end its own backend: back to the
+      // authenticated user first.
+      for (const statement of RESET_AUTHORIZATION) {
+        await l.reserved.unsafe(statement).then(
+          () => {},
+          () => {},
+        );
+      }
+      await l.reserved.unsafe(END_OWN_BACKEND).then(
         () => {},
         () => {},
       );
+      // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
+      l.stop();
+      return;
     }
-    // A task may have switched to a role that may not end its own backend: back to the
-    // authenticated user first.
-    for (const statement of RESET_AUTHORIZATION) {
-      await l.reserved.unsafe(statement).then(
-        () => {},
-        () => {},
-      );
-    }
-    await l.reserved.unsafe(END_OWN_BACKEND).then(
-      () => {},
-      () => {},
-    );
-    // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
     l.stop();
+    // A dead reserved connection is already (or, its socket errored, about to be) in postgres.js's
+    // closed queue; releasing it would list it as open, and the next query on it would crash.
+    // postgres.js reconnects the slot; the FATAL it died with is taken by lockkit's throwaway
+    // (see `stale-fatal.ts`), never by the next caller.
+    if (!l.watched.fate.aborted) l.reserved.release();
   }
 
   async function inTransaction<T>(

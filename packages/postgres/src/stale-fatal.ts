@@ -87,8 +87,6 @@ export interface ShieldSqlLike {
 export interface StaleFatalShield {
   /** Query options for a lease's first statement: they adopt its connection. */
   readonly capture: { readonly onexecute: (connection: unknown) => boolean };
-  /** How many times the connection `onexecute` handed over has closed since adopted. */
-  closes(connection: unknown): number | undefined;
   /**
    * Calls `lost` (a microtask after postgres.js reported it, outside its close handling) when the
    * adopted `connection` closes, with the error postgres.js closed it with; returns the undo.
@@ -128,7 +126,6 @@ interface Pending {
 /** The shield of one postgres.js instance (see {@link staleFatalShield}). */
 class Shield implements StaleFatalShield {
   private readonly adopted = new Map<unknown, PostgresConnectionLike>();
-  private readonly closeCounts = new WeakMap<object, number>();
   private readonly pending = new Map<PostgresConnectionLike, Pending>();
   private closedQueueWrapped = false;
   /** The connection the pool last drew from its closed queue (it connects it at once). */
@@ -160,12 +157,6 @@ class Shield implements StaleFatalShield {
     };
   }
 
-  closes(connection: unknown): number | undefined {
-    return typeof connection === 'object' && connection !== null
-      ? this.closeCounts.get(connection)
-      : undefined;
-  }
-
   /**
    * Called from the instance's `options.onclose` (with the closed connection's id), before the
    * pool reconnects that slot for a waiting request.
@@ -173,7 +164,6 @@ class Shield implements StaleFatalShield {
   closed(connectionId: unknown): void {
     const c = this.adopted.get(connectionId);
     if (c === undefined) return;
-    this.closeCounts.set(c, (this.closeCounts.get(c) ?? 0) + 1);
     // Whoever leased it learns at once that it is gone (before any dead-backend check asks the
     // server), but not from inside postgres.js's close handling: a listener that queried the pool
     // there would draw this very connection before the pool reconnects it.
@@ -222,7 +212,6 @@ class Shield implements StaleFatalShield {
     const original = c.connect;
     if (typeof original !== 'function') return;
     this.adopted.set(c.id, c);
-    if (!this.closeCounts.has(c as object)) this.closeCounts.set(c as object, 0);
     c.connect = (request: unknown) => {
       const throwaway = this.throwaway();
       if (throwaway === undefined) {
