@@ -30,7 +30,7 @@ import {
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
-import { isDroppedReserve, type StaleFatalGuard, staleFatalGuard } from './stale-fatal.js';
+import { staleFatalShield } from './stale-fatal.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
 export interface PostgresResultLike extends ArrayLike<unknown> {
@@ -42,7 +42,7 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 export interface PostgresReservedLike {
   /**
    * `options.onexecute` (postgres.js's own, as `sql.begin` uses it) is handed the connection the
-   * statement runs on: lockkit reconnects it after a loss (see `stale-fatal.ts`).
+   * statement runs on: lockkit wraps its reconnects (see `stale-fatal.ts`).
    */
   unsafe(
     text: string,
@@ -138,8 +138,8 @@ interface Lease<R> {
   readonly discard: () => void;
   /** Whether the task's own statements ended the transaction (see {@link TransactionEnd}). */
   readonly ended: () => boolean | undefined;
-  /** The lease's first statement captures its connection, reopened after a loss. */
-  readonly stale: StaleFatalGuard;
+  /** Options of the lease's first statement: they capture its connection. */
+  readonly capture: { readonly onexecute: (connection: unknown) => boolean };
 }
 
 /**
@@ -174,24 +174,21 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     );
   }
   const watch = ConnectionWatch.of(sql);
+  // postgres.js hands a dead connection's FATAL to the next request its slot reconnects for.
+  const shield = staleFatalShield(sql);
 
   // A pool of one: a lockkit call from inside a task could never get a connection.
   const nested = new NestedCallGuard(options.name ?? 'postgres', sql.options.max === 1, sql);
 
   async function lease(): Promise<Lease<R>> {
     nested.check();
-    let reserved: R;
-    for (;;) {
-      try {
-        reserved = await sql.reserve();
-        break;
-      } catch (error) {
-        // A request postgres.js would have dropped when a connection closed: never served.
-        if (!isDroppedReserve(error)) throw error;
-      }
-    }
+    const reserved = await sql.reserve();
     const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
-    const stop = watch.add(watched);
+    const unwatch = watch.add(watched);
+    const stop = () => {
+      unwatch();
+      unwatchClose?.();
+    };
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
     let pending: { cancel?: () => unknown } | undefined;
@@ -231,10 +228,9 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // Its promise settles when the server has closed that socket, which it does only after
     // signalling the backend: awaited (core awaits `interrupt` before sending anything more on
     // the connection), the cancel can only land on the statement it was meant for, never on a
-    // later one, so the connection needs no ending afterwards. Ending it would hurt someone else:
-    // postgres.js keeps a dying connection's FATAL error (57P01) and rejects the next query it
-    // reconnects for with it — an unrelated query queued on the pool.
+    // later one, so the connection needs no ending afterwards (and keeps its slot warm).
     let discarded = false;
+    let unwatchClose: (() => void) | undefined;
     const interrupt =
       sql.options.max === 1
         ? async () => {
@@ -325,24 +321,30 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         discarded = true;
       },
       ended: () => (transactionEnd === 'no' ? false : transactionEnd === 'yes' ? true : undefined),
-      stale: staleFatalGuard(sql),
+      capture: {
+        onexecute: (candidate) => {
+          const adopted = shield.capture.onexecute(candidate);
+          if (unwatchClose === undefined) {
+            unwatchClose = shield.onClose(candidate, (error) => fate.abort(error));
+          }
+          return adopted;
+        },
+      },
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
     if (l.discarded() && !l.watched.fate.aborted) {
-      // Not to be lent on as it is. Ending the backend would hurt others: postgres.js hands the
-      // dying connection's error (57P01) to the next query it reconnects for. So reset it —
-      // settings (custom ones too), role, locks, LISTEN, temporary objects, sequences, SQL
-      // prepared statements — and lend it on. Not DISCARD ALL: dropping the statements postgres.js
-      // prepared itself corrupts its queue. Only a connection the reset fails on is ended.
+      // Not to be lent on as it is: reset it — settings (custom ones too), role, locks, LISTEN,
+      // temporary objects, sequences, SQL prepared statements — and lend it on. Not DISCARD ALL:
+      // dropping the statements postgres.js prepared itself corrupts its queue. Only a
+      // connection the reset fails on is ended.
       const reset = await l.reserved.unsafe(SESSION_RESET).then(
         () => 'done' as const,
         (error: unknown) => (isConnectionLoss(error) ? ('lost' as const) : ('failed' as const)),
       );
       if (reset === 'done' && !l.watched.fate.aborted) {
         l.stop();
-        l.stale.forget();
         l.reserved.release();
         return;
       }
@@ -351,7 +353,6 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // postgres.js's closed queue already, and the server rolls back and unlocks on its own.
       if (reset === 'lost' || l.watched.fate.aborted) {
         l.stop();
-        l.stale.reopen();
         return;
       }
       // A task may have switched to a role that may not end its own backend: back to the
@@ -367,20 +368,15 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         () => {},
       );
       // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
-      // It ended under a statement: its slot is reconnected now, for the reason in finish's end.
       l.stop();
-      l.stale.reopen();
       return;
     }
     l.stop();
-    // A dead reserved connection is already back in postgres.js's closed queue; releasing it
-    // would list it as open, and the next query on it would crash. Its slot is reconnected now,
-    // so that a FATAL it died with goes to a query of lockkit's, not the next caller's.
-    if (l.watched.fate.aborted) l.stale.reopen();
-    else {
-      l.stale.forget();
-      l.reserved.release();
-    }
+    // A dead reserved connection is already (or, its socket errored, about to be) in postgres.js's
+    // closed queue; releasing it would list it as open, and the next query on it would crash.
+    // postgres.js reconnects the slot; the FATAL it died with is taken by lockkit's throwaway
+    // (see `stale-fatal.ts`), never by the next caller.
+    if (!l.watched.fate.aborted) l.reserved.release();
   }
 
   async function inTransaction<T>(
@@ -402,7 +398,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       const results = (await l.reserved.unsafe(
         texts.join('; '),
         [],
-        l.stale.capture,
+        l.capture,
       )) as unknown as PostgresResultLike[];
       const openingRows = opening === undefined ? [] : Array.from(results.at(-1) as ArrayLike<Row>);
       l.watched.pid = Number(
@@ -442,7 +438,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
       const l = await lease();
       try {
-        const result = await l.reserved.unsafe(BACKEND_PID, [], l.stale.capture);
+        const result = await l.reserved.unsafe(BACKEND_PID, [], l.capture);
         l.watched.pid = Number((Array.from(result) as Row[])[0]?.pid);
         // The pid postgres.js got in BackendKeyData at connect: PgBouncer invents its own.
         const backendPid = result.state?.pid ?? undefined;

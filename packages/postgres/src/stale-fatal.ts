@@ -1,155 +1,349 @@
 /**
- * Clearing postgres.js's stale FATAL: a connection that closed under a lease is reconnected by
- * lockkit at once, with a throwaway query that takes the FATAL.
+ * Absorbing postgres.js's stale FATAL: every reconnect of a connection lockkit knows runs a
+ * throwaway query of lockkit's first, and only then serves the request it was made for.
  *
- * postgres.js 3.4 (`src/connection.js`) keeps a FATAL that arrived while a query ran — a backend
- * terminated by an operator, a failover, an idle timeout — for a ReadyForQuery that never comes,
- * and its `closed()` does not clear it: the slot's next connect hands the FATAL to the query it
- * connects for. When that is a `sql.reserve()`, the reserve rejects and its request stays queued,
- * so the reconnected connection is handed to the rejected promise and the slot is lost to the pool
- * (on a pool of one every later call waits forever). A pool lends such a connection whenever a
- * backend dies while idle and the client has not read the goodbye yet: the call that drew it fails
- * (`CONNECTION_LOST`), and the one after it must not.
+ * postgres.js 3.4 (`src/connection.js`) keeps an ErrorResponse that arrives while a query runs —
+ * a backend's FATAL when it is terminated by an operator, a failover, an idle timeout — in the
+ * connection's closure (`errorResponse`, with the `query` it came for) until that query's
+ * ReadyForQuery. A terminated backend sends none, and the socket's `closed()` clears neither: at
+ * the next connect the first ReadyForQuery (the new backend's, after authentication) finds them
+ * and rejects the query the connect was made for (`initial`) with the old FATAL. Whoever connects
+ * the slot next is hit, whatever the order of events: the pool's `onclose` reconnecting for the
+ * first waiting request, a query or `sql.reserve()` drawing the slot from the closed queue, lockkit's
+ * own dead-backend check. When that is a `sql.reserve()` still queued, the reserve rejects and is
+ * later handed the connection anyway, which is lost to the pool. Independently, a reserve the
+ * pool's `onclose` reconnects for is dropped at ReadyForQuery (it expects the request still
+ * queued) and never settles.
  *
- * So a lease learns its connection from the first statement it runs (postgres.js hands the
- * connection to a query's `onexecute`), hears when postgres.js puts it in its closed queue (the
- * connection's `onclose`), and after a loss takes it from that queue, if no one has, and connects
- * it with a query of its own: the stale FATAL rejects that query instead (it is never sent), or,
- * with none pending, it runs `SELECT 1`; either way the slot comes back open. These are
- * postgres.js internals, each checked before use: where one is missing, nothing is done.
+ * The state lives in the closure and cannot be cleared from outside; it can only be consumed. So
+ * the connection's `connect` (what the pool calls for every reconnect) is wrapped: it connects with
+ * a throwaway `SELECT 1` of lockkit's, which takes a stale FATAL if there is one (it is then never
+ * sent) or runs. Either way the connection is then idle and healthy at that ReadyForQuery, and the
+ * request it was connected for is served on it:
+ * - a `sql.reserve()` that drew the slot from the closed queue is still in the pool's queue: the
+ *   pool's `onopen`, which postgres.js calls next, serves it (or a request queued before it);
+ * - any other request (a query drawing the slot, or the first waiting request the pool's
+ *   `onclose` reconnects for, off its queue) is served by lockkit there and then, through
+ *   postgres.js's own `connection.reserved` hook, called in place of the pool's `onopen`: a query
+ *   is executed, a reserve handed the connection. Should the connect fail instead (server down,
+ *   authentication), the request is rejected with that error, as postgres.js would.
+ * A reserve request's hand-over is made idempotent: were it ever handed a second connection, that
+ * one goes back to the pool (a throwaway round trip, then the pool's `onopen`), never lost.
+ *
+ * Connections are adopted when lockkit learns of them — a lease's first statement (postgres.js
+ * hands it to the query's `onexecute`) — and, from the first close of an adopted one on, every
+ * connection that passes through the pool's closed queue. The shield also tells a lease at once
+ * that its connection closed (a microtask after postgres.js reported it), so that lockkit's
+ * dead-backend check need not ask the server about it. These are postgres.js internals, each
+ * checked before use: where one is missing, nothing is wrapped and postgres.js behaves as it does.
  *
  * @packageDocumentation
  */
 
 /** A queue of postgres.js's pool (open, closed, reserved…), as used here. */
 interface PostgresQueueLike {
-  /** Removes `connection`; null when it was not there. */
-  remove(connection: unknown): unknown;
+  push(item: unknown): unknown;
+  shift(): unknown;
+  remove(item: unknown): unknown;
 }
 
 /** A postgres.js connection, as its `onexecute` hands it over. */
 interface PostgresConnectionLike {
+  readonly id?: unknown;
   /** The pool queue it is in. */
   queue?: unknown;
-  /** Connects, with `query` as the first to run (or to reject). */
-  connect?: (query: unknown) => void;
-  /** Called once, right after postgres.js moved it to its closed queue. */
-  onclose?: ((error: unknown) => void) | null | undefined;
+  /** Connects, with `request` as the first query to run (or reserve to serve). */
+  connect?: (request: unknown) => void;
+  /** Runs a query now (or pipelines it); what the pool and `sql.reserve()` call. */
+  execute?: (query: unknown) => unknown;
+  /**
+   * Called at ReadyForQuery instead of the pool's `onopen` while set: with `release` set, always;
+   * without it, only inside a transaction (when idle, postgres.js clears it and calls `onopen`).
+   */
+  reserved?: (((...args: never[]) => unknown) & { release?: boolean }) | null;
 }
 
-/**
- * Marks the rejection of a `sql.reserve()` postgres.js would have dropped (see
- * {@link staleFatalGuard}'s close hook): the request was never served, so asking again is safe.
- */
-export const DROPPED_RESERVE = Symbol('lockkit.postgres.droppedReserve');
-
-/** Whether `error` is the rejection of a reserve request postgres.js would have dropped. */
-export const isDroppedReserve = (error: unknown): boolean =>
-  typeof error === 'object' && error !== null && DROPPED_RESERVE in error;
-
-/** A waiting `sql.reserve()` request, as postgres.js queues it. */
+/** A request waiting in postgres.js's pool for a connection: a `sql.reserve()`. */
 interface PostgresReserveRequestLike {
-  reserve?: unknown;
-  reject?: (error: unknown) => void;
+  reserve: (connection: unknown) => unknown;
+  reject: (error: unknown) => unknown;
 }
 
-/** A postgres.js query object before it is sent (it is sent on first `then`, unless executed). */
-interface PostgresLazyQueryLike {
+/** A postgres.js query object, as the wrapper drives it. */
+interface PostgresQueryObjectLike {
   executed?: boolean;
-  catch(onRejected: (error: unknown) => void): unknown;
+  cancelled?: unknown;
+  resolve?: (result: unknown) => unknown;
+  reject?: (error: unknown) => unknown;
 }
 
-/** The part of the postgres.js instance used: a query to connect a slot with. */
-export interface ReopenSqlLike {
+/** The part of the postgres.js instance used: the throwaway queries, the close hook. */
+export interface ShieldSqlLike {
   unsafe(text: string): unknown;
+  readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
 }
 
-/** One lease's view of its connection; see the module comment. */
-export interface StaleFatalGuard {
-  /** Query options for the lease's first statement: they capture its connection. */
+/** Lockkit's view of one postgres.js pool's connections; see the module comment. */
+export interface StaleFatalShield {
+  /** Query options for a lease's first statement: they adopt its connection. */
   readonly capture: { readonly onexecute: (connection: unknown) => boolean };
-  /** After the lease's connection was lost: reconnects its slot when it sits closed and untaken. */
-  reopen(): void;
-  /** After a healthy release: stops listening for the connection's close. */
-  forget(): void;
+  /**
+   * Calls `lost` (a microtask after postgres.js reported it, outside its close handling) when the
+   * adopted `connection` closes, with the error postgres.js closed it with; returns the undo.
+   */
+  onClose(connection: unknown, lost: (error: unknown) => void): () => void;
 }
 
 const isQueue = (value: unknown): value is PostgresQueueLike =>
   typeof value === 'object' &&
   value !== null &&
+  typeof (value as PostgresQueueLike).push === 'function' &&
+  typeof (value as PostgresQueueLike).shift === 'function' &&
   typeof (value as PostgresQueueLike).remove === 'function';
 
-/** A guard for one lease on `sql`'s pool. */
-export function staleFatalGuard(sql: ReopenSqlLike): StaleFatalGuard {
-  let connection: PostgresConnectionLike | undefined;
-  // The closed queue postgres.js moved the connection to, as its `onclose` saw it.
-  let closedIn: PostgresQueueLike | undefined;
-  let hook: ((error: unknown) => void) | undefined;
-  let previous: ((error: unknown) => void) | null | undefined;
-  // Right after this hook, postgres.js's pool `onclose` reconnects the slot for the first waiting
-  // request, taken off its queue. When that is a `sql.reserve()`, the connection's ReadyForQuery
-  // drops it (it expects the request still queued), so it never settles — on a pool of one every
-  // later call waits behind it. That connect is intercepted (only within this synchronous turn):
-  // the slot is connected with a throwaway query instead, which also takes a stale FATAL, and the
-  // reserve is rejected, marked, for its caller to ask again.
-  const interceptReserve = (c: PostgresConnectionLike) => {
+const isConnection = (value: unknown): value is PostgresConnectionLike =>
+  typeof value === 'object' &&
+  value !== null &&
+  typeof (value as PostgresConnectionLike).connect === 'function' &&
+  typeof (value as PostgresConnectionLike).execute === 'function';
+
+const isReserveRequest = (value: unknown): value is PostgresReserveRequestLike =>
+  typeof value === 'object' &&
+  value !== null &&
+  typeof (value as PostgresReserveRequestLike).reserve === 'function' &&
+  typeof (value as PostgresReserveRequestLike).reject === 'function';
+
+/** Marks a reserve request whose hand-overs are already guarded. */
+const GUARDED = Symbol('lockkit.postgres.guardedReserve');
+
+/** A request whose connect is under way: served at the throwaway's ReadyForQuery, or failed. */
+interface Pending {
+  readonly request: unknown;
+  /** The throwaway's rejection when it had one: the connect's own failure, or the stale FATAL. */
+  failure?: { readonly error: unknown };
+}
+
+/** The shield of one postgres.js instance (see {@link staleFatalShield}). */
+class Shield implements StaleFatalShield {
+  private readonly adopted = new Map<unknown, PostgresConnectionLike>();
+  private readonly pending = new Map<PostgresConnectionLike, Pending>();
+  private closedQueueWrapped = false;
+  /** The connection the pool last drew from its closed queue (it connects it at once). */
+  private drawn: unknown;
+  private readonly listeners = new Map<unknown, Set<(error: unknown) => void>>();
+
+  readonly capture = {
+    onexecute: (candidate: unknown): boolean => {
+      if (isConnection(candidate)) this.adopt(candidate);
+      // What postgres.js reads from `onexecute`: the connection may take more queries.
+      return true;
+    },
+  };
+
+  constructor(private readonly sql: ShieldSqlLike) {}
+
+  onClose(connection: unknown, lost: (error: unknown) => void): () => void {
+    let set = this.listeners.get(connection);
+    if (set === undefined) {
+      set = new Set();
+      this.listeners.set(connection, set);
+    }
+    const listeners = set;
+    listeners.add(lost);
+    return () => {
+      listeners.delete(lost);
+      if (listeners.size === 0 && this.listeners.get(connection) === listeners)
+        this.listeners.delete(connection);
+    };
+  }
+
+  /**
+   * Called from the instance's `options.onclose` (with the closed connection's id), before the
+   * pool reconnects that slot for a waiting request.
+   */
+  closed(connectionId: unknown): void {
+    const c = this.adopted.get(connectionId);
+    if (c === undefined) return;
+    // Whoever leased it learns at once that it is gone (before any dead-backend check asks the
+    // server), but not from inside postgres.js's close handling: a listener that queried the pool
+    // there would draw this very connection before the pool reconnects it.
+    const listeners = this.listeners.get(c);
+    if (listeners !== undefined && listeners.size > 0) {
+      const error = Object.assign(new Error(`Connection ${String(c.id)} closed`), {
+        code: 'CONNECTION_CLOSED',
+      });
+      const now = [...listeners];
+      queueMicrotask(() => {
+        for (const lost of now) lost(error);
+      });
+    }
+    // The pool has just moved it to its closed queue: from now on every connection that enters
+    // or leaves that queue is adopted, those lockkit never leased included.
+    if (!this.closedQueueWrapped && isQueue(c.queue)) this.wrapClosedQueue(c.queue);
+    // Its connect failed (the throwaway was rejected and no ReadyForQuery followed): the request
+    // it was made for fails with that error, as postgres.js would have failed it.
+    const waiting = this.pending.get(c);
+    if (waiting?.failure !== undefined) {
+      this.pending.delete(c);
+      c.reserved = null;
+      this.fail(waiting.request, waiting.failure.error);
+    }
+  }
+
+  private wrapClosedQueue(queue: PostgresQueueLike): void {
+    this.closedQueueWrapped = true;
+    const push = queue.push.bind(queue);
+    const shift = queue.shift.bind(queue);
+    queue.push = (item: unknown) => {
+      if (isConnection(item)) this.adopt(item);
+      return push(item);
+    };
+    queue.shift = () => {
+      const item = shift();
+      if (isConnection(item)) this.adopt(item);
+      this.drawn = item;
+      return item;
+    };
+  }
+
+  /** Wraps `c.connect` (once): see the module comment. */
+  private adopt(c: PostgresConnectionLike): void {
+    if (this.adopted.get(c.id) === c) return;
     const original = c.connect;
     if (typeof original !== 'function') return;
-    const intercept = (request: unknown) => {
-      c.connect = original;
-      const r = request as PostgresReserveRequestLike | null | undefined;
-      if (typeof r?.reserve !== 'function' || typeof r.reject !== 'function') {
+    this.adopted.set(c.id, c);
+    c.connect = (request: unknown) => {
+      const throwaway = this.throwaway();
+      if (throwaway === undefined) {
         original.call(c, request);
         return;
       }
-      const query = sql.unsafe('SELECT 1') as PostgresLazyQueryLike;
-      query.executed = true;
-      query.catch(() => {});
-      original.call(c, query);
-      const dropped = Object.assign(
-        new Error('the pooled connection closed while this reserve waited for it; ask again'),
-        { code: 'CONNECTION_CLOSED', [DROPPED_RESERVE]: true },
+      // Drawn from the closed queue by `sql.reserve()`, the request is still in the pool's queue:
+      // the pool's `onopen` serves it (or one queued before it) once the throwaway is done. Should
+      // this connect fail, the pool's `onclose` reconnects the slot for the first waiting request,
+      // taken off the queue: that connect, served or failed by lockkit, settles it.
+      const drawn = this.drawn === c;
+      if (drawn) this.drawn = undefined;
+      if (drawn && isReserveRequest(request)) {
+        this.guard(request);
+        throwaway.resolve = () => undefined;
+        throwaway.reject = () => undefined;
+        original.call(c, throwaway);
+        return;
+      }
+      if (isReserveRequest(request)) this.guard(request);
+      const waiting: Pending = { request };
+      this.pending.set(c, waiting);
+      // Called by postgres.js at the ReadyForQuery after the throwaway, in place of the pool's
+      // `onopen`: the connection is idle and clean, and still in the pool's connecting queue.
+      const handOver = Object.assign(
+        () => {
+          if (c.reserved === handOver) c.reserved = null;
+          if (this.pending.get(c) === waiting) this.pending.delete(c);
+          this.serve(c, request);
+        },
+        { release: true },
       );
-      r.reject(dropped);
+      // Both are called synchronously by postgres.js: `resolve` at the throwaway's own
+      // ReadyForQuery; `reject` with the stale FATAL at the new backend's first ReadyForQuery
+      // (which then goes on to `connection.reserved`), or when the connect itself fails (the
+      // socket then closes: see `closed`).
+      throwaway.resolve = () => {
+        c.reserved = handOver;
+      };
+      throwaway.reject = (error: unknown) => {
+        waiting.failure = { error };
+        c.reserved = handOver;
+      };
+      original.call(c, throwaway);
     };
-    c.connect = intercept;
-    queueMicrotask(() => {
-      if (c.connect === intercept) c.connect = original;
-    });
-  };
-  return {
-    capture: {
-      onexecute: (candidate) => {
-        if (connection === undefined && typeof candidate === 'object' && candidate !== null) {
-          const c = candidate as PostgresConnectionLike;
-          if (typeof c.connect === 'function' && isQueue(c.queue)) {
-            connection = c;
-            previous = c.onclose;
-            hook = (error) => {
-              if (isQueue(c.queue)) closedIn = c.queue;
-              if (typeof previous === 'function') previous(error);
-              interceptReserve(c);
-            };
-            c.onclose = hook;
-          }
-        }
-        // What postgres.js reads from `onexecute`: the connection may take more queries.
-        return true;
-      },
-    },
-    reopen: () => {
-      const c = connection;
-      if (c === undefined || closedIn === undefined || typeof c.connect !== 'function') return;
-      // Taken already (a waiting query connected it): nothing of ours to do, nor safe to.
-      if (closedIn.remove(c) === null) return;
-      const query = sql.unsafe('SELECT 1') as PostgresLazyQueryLike;
-      // Run by the connection itself, never through the pool's queue.
-      query.executed = true;
-      query.catch(() => {});
-      c.connect(query);
-    },
-    forget: () => {
-      if (connection !== undefined && connection.onclose === hook) connection.onclose = previous;
-    },
-  };
+  }
+
+  /** A `SELECT 1` postgres.js never sends through the pool (it is run by one connection). */
+  private throwaway(): PostgresQueryObjectLike | undefined {
+    const query = this.sql.unsafe('SELECT 1') as PostgresQueryObjectLike | null | undefined;
+    if (typeof query !== 'object' || query === null) return undefined;
+    query.executed = true;
+    return query;
+  }
+
+  /** Serves on the idle connection `c` the request it was connected for. */
+  private serve(c: PostgresConnectionLike, request: unknown): void {
+    if (isReserveRequest(request)) {
+      request.reserve(c);
+      return;
+    }
+    const query = request as PostgresQueryObjectLike | null | undefined;
+    // Cancelled while the connection was being made: the connection goes back to the pool.
+    if (query === null || query === undefined || query.cancelled) {
+      this.giveBack(c);
+      return;
+    }
+    c.execute?.(query);
+  }
+
+  private fail(request: unknown, error: unknown): void {
+    const r = request as PostgresQueryObjectLike | PostgresReserveRequestLike | null | undefined;
+    if (typeof r?.reject === 'function') r.reject(error);
+  }
+
+  /**
+   * Makes a reserve request's hand-over happen once: served here, it may still sit in the pool's
+   * queue, and the pool would later hand it a second connection, lost with the settled promise.
+   */
+  private guard(request: PostgresReserveRequestLike & { [GUARDED]?: true }): void {
+    if (request[GUARDED]) return;
+    request[GUARDED] = true;
+    const reserve = request.reserve;
+    const reject = request.reject;
+    let settled = false;
+    request.reserve = (connection: unknown) => {
+      if (settled) {
+        if (isConnection(connection)) this.giveBack(connection);
+        return undefined;
+      }
+      settled = true;
+      return reserve(connection);
+    };
+    request.reject = (error: unknown) => {
+      if (settled) return undefined;
+      settled = true;
+      return reject(error);
+    };
+  }
+
+  /**
+   * Hands the idle connection `c` back to the pool, from where postgres.js can call nothing for it
+   * (the pool's `onopen` is private): a throwaway runs on it under a `reserved` hook without
+   * `release`, which postgres.js clears at the idle ReadyForQuery and then calls `onopen`.
+   */
+  private giveBack(c: PostgresConnectionLike): void {
+    const throwaway = this.throwaway();
+    if (throwaway === undefined || typeof c.execute !== 'function') return;
+    (throwaway as { catch?: (f: () => void) => unknown }).catch?.(() => {});
+    c.reserved = () => undefined;
+    c.execute(throwaway);
+  }
+}
+
+const shields = new WeakMap<object, Shield>();
+
+/**
+ * The shield of `sql`'s pool (created on first use, shared by its executors: keyed by the pool's
+ * options object, which every handle on one pool shares), hooked on its `options.onclose`.
+ */
+export function staleFatalShield(sql: ShieldSqlLike): StaleFatalShield {
+  const pool: object = sql.options;
+  let shield = shields.get(pool);
+  if (shield === undefined) {
+    const created = new Shield(sql);
+    const original = sql.options.onclose;
+    sql.options.onclose = (connectionId: number) => {
+      created.closed(connectionId);
+      if (typeof original === 'function') original(connectionId);
+    };
+    shields.set(pool, created);
+    shield = created;
+  }
+  return shield;
 }
