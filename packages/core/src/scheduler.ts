@@ -23,6 +23,7 @@ import {
   CommitRolledBackError,
   isLockkitError,
   LeaseLostError,
+  LockKeyError,
   LockkitError,
   LockNotHeldError,
   LockTimeoutError,
@@ -705,9 +706,17 @@ export class Scheduler<Tx> {
     };
   }
 
-  /** The row of the job named `name`, or -1. */
+  /** The row of the job named `name`, or -1 (also for a name no job could have). */
   private rowOf(name: string): number {
-    const row = this.byKey.get(jobKey(this.lockNamespace, name).pgLocks.objid | 0);
+    let objid: number;
+    try {
+      objid = jobKey(this.lockNamespace, name).pgLocks.objid | 0;
+    } catch (error) {
+      // Empty, too long, a lone surrogate: registration refuses such a name, so no job has it.
+      if (error instanceof LockKeyError) return -1;
+      throw error;
+    }
+    const row = this.byKey.get(objid);
     return row >= 0 && this.names.equals(row, name) ? row : -1;
   }
 

@@ -8,6 +8,8 @@
 /** Code units and strings the table starts with; each column doubles when full. */
 const FIRST_UNITS = 1024;
 const FIRST_STRINGS = 16;
+/** The most code units made into a string by one `String.fromCharCode.apply`. */
+const CHUNK_UNITS = 8192;
 
 /**
  * Strings by number, their code units copied into one `Uint16Array` (off V8's heap) rather than
@@ -56,7 +58,17 @@ export class StringTable {
   get(number: number): string {
     const from = this.starts[number] as number;
     const to = this.starts[number + 1] as number;
-    // At most a name's 1 KiB of code units: within what apply takes.
+    // `apply` passes each code unit as an argument, and the stack bounds how many (Node 20
+    // overflowed at about 125,000): a cron expression has no length limit, so long strings are
+    // made a chunk at a time.
+    if (to - from <= CHUNK_UNITS) return this.chunk(from, to);
+    let text = '';
+    for (let at = from; at < to; at += CHUNK_UNITS)
+      text += this.chunk(at, Math.min(to, at + CHUNK_UNITS));
+    return text;
+  }
+
+  private chunk(from: number, to: number): string {
     return String.fromCharCode.apply(null, this.units.subarray(from, to) as unknown as number[]);
   }
 
