@@ -1,8 +1,9 @@
 /**
  * `@lockkit/core/adapter`: what adapter authors need and users never call — watching a leased
  * connection, knowing a lost connection when they see one, cancelling a statement with the
- * protocol's own request, the statements an adapter may send on its own, and core's check of a
- * millisecond option (for integrations that take lock options before the first lock call).
+ * protocol's own request, the statements an adapter may send on its own, core's check of a
+ * millisecond option (for integrations that take lock options before the first lock call), and the
+ * shield against postgres.js's stale FATAL (for every adapter that runs on postgres.js).
  *
  * @packageDocumentation
  */
@@ -27,6 +28,11 @@ export { retryDeadStart } from './dead-start.js';
 export { endOnLoss, type LossEndableClientLike } from './end-on-loss.js';
 export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
+export {
+  type ShieldSqlLike,
+  type StaleFatalShield,
+  staleFatalShield,
+} from './postgres-js-stale-fatal.js';
 export { inTransactionBlock, inTransactionFrom, type ReadyStatusSource } from './ready-status.js';
 export {
   BACKEND_PID,

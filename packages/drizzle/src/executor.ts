@@ -22,8 +22,11 @@ import {
   type PgEventSourceLike,
   type PgPoolEventsLike,
   retryDeadStart,
+  type ShieldSqlLike,
+  type StaleFatalShield,
   sendCancelRequest,
   slotOf,
+  staleFatalShield,
 } from '@lockkit/core/adapter';
 import { type SQL, sql } from 'drizzle-orm';
 import { type OwnCheckoutTransaction, ownCheckoutTransaction } from './own-checkout.js';
@@ -113,13 +116,35 @@ function protocolCancel(client: unknown): () => Promise<void> {
   };
 }
 
+/** postgres.js query options, with `onexecute` also handing the connection to `adopt`. */
+function adopting(options: unknown, adopt: (connection: unknown) => unknown): object {
+  const given =
+    typeof options === 'object' && options !== null
+      ? (options as { onexecute?: unknown })
+      : undefined;
+  const own = given?.onexecute;
+  return {
+    ...given,
+    onexecute: (connection: unknown): unknown => {
+      adopt(connection);
+      // What postgres.js reads from `onexecute`: whether the connection may take more queries.
+      return typeof own === 'function' ? (own as (c: unknown) => unknown)(connection) : true;
+    },
+  };
+}
+
 /**
  * Makes the postgres.js connection under a Drizzle transaction refuse queries once its fate says
  * it died: postgres.js sends a query given a closed connection anyway, and crashes the process (a
  * TypeError thrown from a timer) or never answers. Drizzle's session reads `client` for every
  * query, so a guarded client there guards `tx.execute`, the query builders and savepoints.
+ *
+ * Every statement sent through it also shows its connection to the pool's stale-FATAL `shield`
+ * (see `staleFatalShield` in `@lockkit/core/adapter`): should that backend be terminated, its
+ * reconnect absorbs the FATAL postgres.js keeps, which would otherwise fail whichever query of
+ * the application's, or of lockkit's, next drew the slot.
  */
-function refuseWhenLost(tx: unknown, fate: ConnectionFate): void {
+function refuseWhenLost(tx: unknown, fate: ConnectionFate, shield: StaleFatalShield): void {
   const session = (tx as { session?: { client?: unknown } }).session;
   const client = session?.client;
   if (session === undefined || typeof client !== 'function') return;
@@ -137,6 +162,15 @@ function refuseWhenLost(tx: unknown, fate: ConnectionFate): void {
       if (property !== 'unsafe' && property !== 'file' && property !== 'savepoint') return value;
       return (...args: unknown[]) => {
         refuse();
+        if (property === 'unsafe') {
+          const [text, parameters, options] = args;
+          return (value as (...a: unknown[]) => unknown).call(
+            target,
+            text,
+            parameters,
+            adopting(options, shield.capture.onexecute),
+          );
+        }
         return (value as (...a: unknown[]) => unknown).apply(target, args);
       };
     },
@@ -191,6 +225,9 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
   }
   const transactionPooler = options.transactionPooler === true;
   const kind = kindOf(db.$client);
+  // postgres.js hands a terminated backend's FATAL to the next request its slot reconnects for.
+  const shield =
+    kind === 'postgres-js' ? staleFatalShield(db.$client as unknown as ShieldSqlLike) : undefined;
   // On a pool, lockkit checks the connection out itself and always gives it back: Drizzle sends
   // BEGIN outside the try/finally that releases its own checkout (see own-checkout.ts).
   const ownCheckout =
@@ -267,7 +304,7 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           const client = (tx as unknown as { session?: { client?: unknown } }).session?.client;
           const slot = kind !== 'postgres-js' && isEventful(client) ? slotOf(client) : undefined;
           if (slot) slot.current = fate;
-          if (kind === 'postgres-js') refuseWhenLost(tx, fate);
+          if (shield !== undefined) refuseWhenLost(tx, fate, shield);
           const query: QueryFn = async (text, params) => {
             if (fate.aborted) throw fate.reason;
             try {
@@ -321,7 +358,8 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
     // driver reads the goodbye, and Drizzle's BEGIN (all it sends before the callback) fails on
     // it: the call begins again on another connection (node-postgres: the checkout above
     // destroys the dead one; postgres.js: its closed slot reconnects, and a FATAL it kept from
-    // the dead connection fails that BEGIN instead of a later caller's). Not on one pg.Client:
+    // a dead connection the shield had not seen fails that BEGIN instead of a later caller's).
+    // Not on one pg.Client:
     // there is no other connection to begin on.
     transaction: kind === 'pg-client' ? transaction : (fn) => retryDeadStart(transaction, fn),
   };

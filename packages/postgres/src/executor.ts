@@ -27,10 +27,10 @@ import {
   NestedCallGuard,
   RESET_AUTHORIZATION,
   SESSION_RESET,
+  staleFatalShield,
   TaskFailure,
 } from '@lockkit/core/adapter';
 import { ConnectionWatch, type WatchedLease } from './connection-watch.js';
-import { staleFatalShield } from './stale-fatal.js';
 
 /** A postgres.js result: rows, plus the connection's BackendKeyData as `state`. */
 export interface PostgresResultLike extends ArrayLike<unknown> {
@@ -42,7 +42,7 @@ export interface PostgresResultLike extends ArrayLike<unknown> {
 export interface PostgresReservedLike {
   /**
    * `options.onexecute` (postgres.js's own, as `sql.begin` uses it) is handed the connection the
-   * statement runs on: lockkit wraps its reconnects (see `stale-fatal.ts`).
+   * statement runs on: lockkit wraps its reconnects (see `postgres-js-stale-fatal.ts` in `@lockkit/core`).
    */
   unsafe(
     text: string,
@@ -375,7 +375,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // A dead reserved connection is already (or, its socket errored, about to be) in postgres.js's
     // closed queue; releasing it would list it as open, and the next query on it would crash.
     // postgres.js reconnects the slot; the FATAL it died with is taken by lockkit's throwaway
-    // (see `stale-fatal.ts`), never by the next caller.
+    // (see `postgres-js-stale-fatal.ts` in `@lockkit/core`), never by the next caller.
     if (!l.watched.fate.aborted) l.reserved.release();
   }
 

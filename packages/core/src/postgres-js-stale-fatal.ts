@@ -30,11 +30,12 @@
  * A reserve request's hand-over is made idempotent: were it ever handed a second connection, that
  * one goes back to the pool (a throwaway round trip, then the pool's `onopen`), never lost.
  *
- * Connections are adopted when lockkit learns of them — a lease's first statement (postgres.js
- * hands it to the query's `onexecute`) — and, from the first close of an adopted one on, every
- * connection that passes through the pool's closed queue. The shield also tells a lease at once
- * that its connection closed (a microtask after postgres.js reported it), so that lockkit's
- * dead-backend check need not ask the server about it. These are postgres.js internals, each
+ * Connections are adopted when lockkit learns of them — a lease's first statement in
+ * `@lockkit/postgres`, every statement of a lockkit transaction in `@lockkit/drizzle` (postgres.js
+ * hands the connection to the query's `onexecute`) — and, from the first close of an adopted one
+ * on, every connection that passes through the pool's closed queue. The shield also tells a lease
+ * at once that its connection closed (a microtask after postgres.js reported it), so that
+ * lockkit's dead-backend check need not ask the server about it. These are postgres.js internals, each
  * checked before use: where one is missing, nothing is wrapped and postgres.js behaves as it does.
  *
  * @packageDocumentation
