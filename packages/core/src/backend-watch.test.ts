@@ -138,6 +138,56 @@ describe('BackendWatch', () => {
   });
 });
 
+describe('BackendWatch when the question is never answered', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a check settles after checkTimeoutMs as a failed one, and the next check asks again', async () => {
+    vi.useFakeTimers();
+    const asked: number[] = [];
+    // The first question never settles (a pool whose reconnect the server refused); later ones
+    // are answered: nobody gone.
+    const watch = new BackendWatch(
+      async () => {
+        asked.push(asked.length);
+        if (asked.length === 1) return new Promise<never>(() => {});
+        return [];
+      },
+      { onCheckFailure: 'abort', checkTimeoutMs: 1000 },
+    );
+    const lenient = new BackendWatch(async () => new Promise<never>(() => {}), {
+      checkTimeoutMs: 1000,
+    });
+    const a = { pid: 7, fate: new ConnectionFate() };
+    const b = { pid: 8, fate: new ConnectionFate() };
+    watch.add(a);
+    lenient.add(b);
+    let settled = false;
+    void watch.check().then(() => {
+      settled = true;
+    });
+    void lenient.check();
+    await vi.advanceTimersByTimeAsync(999);
+    expect(settled, 'still waiting before the bound').toBe(false);
+    expect(watch.settled(a), 'queries on the lease wait meanwhile').toBeDefined();
+    await vi.advanceTimersByTimeAsync(1);
+    expect(settled, 'settled at the bound').toBe(true);
+    expect(watch.settled(a), 'queries no longer wait').toBeUndefined();
+    expect((a.fate.reason as { code?: string }).code).toBe('CONNECTION_CHECK_TIMEOUT');
+    expect(lenient.settled(b)).toBeUndefined();
+    expect(b.fate.aborted, "onCheckFailure 'ignore': the lease goes on").toBe(false);
+    // Not stuck on the unanswered question: a later check asks again.
+    const c = { pid: 9, fate: new ConnectionFate() };
+    watch.add(c);
+    const again = watch.check();
+    await vi.advanceTimersByTimeAsync(300); // its round asks 3 times (0, 50, 200 ms)
+    await again;
+    expect(asked).toEqual([0, 1, 2, 3]);
+    expect(c.fate.aborted).toBe(false);
+  });
+});
+
 describe('BackendWatch while the pool is busy', () => {
   afterEach(() => {
     vi.useRealTimers();

@@ -46,6 +46,27 @@ export interface BackendWatchOptions {
    * Default `'ignore'`.
    */
   readonly onCheckFailure?: 'ignore' | 'abort';
+  /**
+   * A check ({@link BackendWatch.check}) still unanswered after this many milliseconds counts as
+   * failed (see {@link BackendWatchOptions.onCheckFailure}), and queries waiting on it go on.
+   * A pool that cannot open a connection may never answer the question — postgres.js 3.4 leaves a
+   * request waiting for a reconnect the server refused (too many connections) unsettled — and
+   * nothing may wait on it for ever. Default 10,000.
+   */
+  readonly checkTimeoutMs?: number;
+}
+
+/** See {@link BackendWatchOptions.checkTimeoutMs}. */
+const CHECK_TIMEOUT_MS = 10_000;
+
+/** `promise`, or a rejection with `error()` once `ms` have passed (the timer does not hold the process). */
+function within<T>(promise: Promise<T>, ms: number, error: () => Error): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(error()), ms);
+    timer.unref();
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /** A backend exit is visible in `pg_stat_activity` a moment after the socket closes. */
@@ -129,8 +150,16 @@ export class BackendWatch {
     // check running and asks for another round.
     this.checking = Promise.resolve()
       .then(async () => {
+        const timeoutMs = this.options.checkTimeoutMs ?? CHECK_TIMEOUT_MS;
         for (;;) {
-          await this.round();
+          await within(this.round(), timeoutMs, () =>
+            Object.assign(
+              new Error(
+                `The check of the leased connections got no answer from the server within ${timeoutMs} ms`,
+              ),
+              { code: 'CONNECTION_CHECK_TIMEOUT' },
+            ),
+          );
           const next = this.next;
           this.next = undefined;
           if (next === undefined) break;

@@ -163,7 +163,10 @@ function refuseWhenLost(tx: unknown, fate: ConnectionFate, shield: StaleFatalShi
       return (...args: unknown[]) => {
         refuse();
         if (property === 'unsafe') {
-          const [text, parameters, options] = args;
+          // postgres.js also takes `unsafe(text, options)`: options in place of the parameters.
+          const [text, second, third] = args;
+          const [parameters, options] =
+            args.length === 2 && !Array.isArray(second) ? [[], second] : [second ?? [], third];
           return (value as (...a: unknown[]) => unknown).call(
             target,
             text,

@@ -7,7 +7,12 @@
  * with a connection id whenever any of its connections closes — asks core's {@link BackendWatch}
  * to check which leased pids are gone (through the pool, which can always reconnect the slot that
  * just closed). Those leases are marked dead: their signal aborts, nothing more is sent on them,
- * and they are never handed back to the pool. While a check runs, lease queries wait for it.
+ * and they are never handed back to the pool (one whose socket postgres.js still holds open is
+ * ended: its backend may be alive). While a check runs, lease queries wait for it — at most the
+ * watch's `checkTimeoutMs`: a pool that cannot connect may never answer, and a check without an
+ * answer counts as a failed one. A failing check means the server is unreachable, or may be: no
+ * watched connection is trusted (a partitioned one would keep its lock while another node took it
+ * over once the server dropped its backend).
  */
 import { BackendWatch, type WatchedBackend } from '@lockkit/core/adapter';
 
@@ -28,7 +33,6 @@ export const ConnectionWatch = {
   of(sql: WatchedSqlLike): BackendWatch {
     let watch = watches.get(sql);
     if (!watch) {
-      // A failing check means the server is unreachable: no watched connection is usable.
       const created = new BackendWatch(
         async (text, params) => await sql.unsafe(text, [...params]),
         { onCheckFailure: 'abort' },

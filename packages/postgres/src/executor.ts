@@ -140,6 +140,11 @@ interface Lease<R> {
   readonly ended: () => boolean | undefined;
   /** Options of the lease's first statement: they capture its connection. */
   readonly capture: { readonly onexecute: (connection: unknown) => boolean };
+  /**
+   * Whether postgres.js may still hold the connection open: it was captured, and postgres.js has
+   * not reported it closed. Only then may anything more be sent on it once its fate is aborted.
+   */
+  readonly mayBeOpen: () => boolean;
 }
 
 /**
@@ -231,6 +236,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // later one, so the connection needs no ending afterwards (and keeps its slot warm).
     let discarded = false;
     let unwatchClose: (() => void) | undefined;
+    let closeSeen = false;
     const interrupt =
       sql.options.max === 1
         ? async () => {
@@ -325,15 +331,39 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         onexecute: (candidate) => {
           const adopted = shield.capture.onexecute(candidate);
           if (unwatchClose === undefined) {
-            unwatchClose = shield.onClose(candidate, (error) => fate.abort(error));
+            unwatchClose = shield.onClose(candidate, (error) => {
+              closeSeen = true;
+              fate.abort(error);
+            });
           }
           return adopted;
         },
       },
+      mayBeOpen: () => unwatchClose !== undefined && !closeSeen,
     };
   }
 
   async function finish(l: Lease<R>): Promise<void> {
+    if (l.watched.fate.aborted && l.mayBeOpen()) {
+      // Declared dead while postgres.js still has the connection open: the watch's check failed
+      // or got no answer (the pool could not connect), or the server listed its backend gone a
+      // moment before the socket closed. The backend may be alive, in the transaction, holding
+      // the lock: it is ended — rolled back, unlocked — and never lent again. Not awaited: a link
+      // that is really gone answers nothing (postgres.js fails these once it reads the close).
+      l.stop();
+      void (async () => {
+        const quietly = (text: string) =>
+          l.reserved.unsafe(text).then(
+            () => {},
+            () => {},
+          );
+        await quietly('ROLLBACK');
+        // A task may have switched to a role that may not end its own backend.
+        for (const statement of RESET_AUTHORIZATION) await quietly(statement);
+        await quietly(END_OWN_BACKEND);
+      })();
+      return;
+    }
     if (l.discarded() && !l.watched.fate.aborted) {
       // Not to be lent on as it is: reset it — settings (custom ones too), role, locks, LISTEN,
       // temporary objects, sequences, SQL prepared statements — and lend it on. Not DISCARD ALL:
