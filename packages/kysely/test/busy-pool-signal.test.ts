@@ -6,8 +6,9 @@
  * second connection; with and without the `pool` option).
  */
 import { randomBytes } from 'node:crypto';
-import { isLockkitError, type LockClient, LockKey } from '@lockkit/core';
+import { type LockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { appHoldsConnection, watchedTask } from '@lockkit/test-db/watched-task';
 import type { Transaction } from 'kysely';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -23,9 +24,6 @@ afterEach(async () => {
 });
 
 const key = () => LockKey.fromNames('kysely-busy-pool', randomBytes(6).toString('hex'));
-
-/** Only ends a failing run: a passing one is told long before. */
-const WATCHDOG_MS = 10_000;
 
 type Locks = LockClient<Transaction<TestDatabase>, unknown>;
 
@@ -46,87 +44,29 @@ async function adminClient(): Promise<pg.Client> {
   return admin;
 }
 
-/**
- * Starts a lock task that reports its backend pid, then works until its signal fires or `finish`
- * is called. With `givesUp`, it gives up after WATCHDOG_MS: `told` says whether the signal fired
- * before that.
- */
-function longTask(
+/** A lock task on a fresh key that works until told (see @lockkit/test-db's watched-task). */
+const longTask = (
   locks: Locks,
   options: { idleInTransactionTimeoutMs?: number } = {},
   givesUp = true,
-) {
-  let pidOf!: (pid: number) => void;
-  const pid = new Promise<number>((resolve) => {
-    pidOf = resolve;
-  });
-  let toldOf!: (told: boolean) => void;
-  const told = new Promise<boolean>((resolve) => {
-    toldOf = resolve;
-  });
-  let signal: AbortSignal | undefined;
-  let finish!: () => void;
-  const finished = new Promise<void>((resolve) => {
-    finish = resolve;
-  });
-  // A failing run leaves it working: the pool's close would wait for it.
-  releases.push(finish);
-  const call = locks
-    .withLock(
-      key(),
-      async (_trx, ctx) => {
-        const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
-        signal = ctx.signal;
-        pidOf(Number(row?.pid));
-        // Works outside the database (an HTTP call, a queue) until told to stop.
-        await new Promise<void>((resolve) => {
-          const watchdog = setTimeout(
-            () => {
-              toldOf(false);
-              resolve();
-            },
-            givesUp ? WATCHDOG_MS : 2 ** 31 - 1,
-          );
-          ctx.signal.addEventListener('abort', () => {
-            clearTimeout(watchdog);
-            toldOf(true);
-            resolve();
-          });
-          void finished.then(() => {
-            clearTimeout(watchdog);
-            resolve();
-          });
-        });
-        return 'done';
-      },
-      options,
-    )
-    .then(
-      (r) => r,
-      (error: unknown) => (isLockkitError(error) ? error.code : String(error)),
-    );
-  return { pid, told, call, finish, aborted: () => signal?.aborted };
-}
+) =>
+  watchedTask(
+    (task) => locks.withLock(key(), (tx, ctx) => task(tx, ctx), options),
+    releases,
+    givesUp,
+  );
 
 /** The application's own transaction on the same Kysely, holding one connection until released. */
-async function appHoldsConnection(db: ReturnType<typeof setup>['instance']['db']) {
-  let release!: () => void;
-  const released = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  releases.push(release);
-  let holding!: () => void;
-  const held = new Promise<void>((resolve) => {
-    holding = resolve;
-  });
-  const done = db.transaction().execute(async (trx) => {
-    await trx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
-    holding();
-    await released;
-  });
-  await held;
-  return { release, done };
-}
+const appHolds = (db: ReturnType<typeof setup>['instance']['db']) =>
+  appHoldsConnection(
+    (holding, released) =>
+      db.transaction().execute(async (trx) => {
+        await trx.selectNoFrom((eb) => eb.lit(1).as('one')).execute();
+        holding();
+        await released;
+      }),
+    releases,
+  );
 
 describe.each([
   ['the pool option given', true],
@@ -139,7 +79,7 @@ describe.each([
       const admin = await adminClient();
       const task = longTask(locks);
       const pid = await task.pid;
-      const app = await appHoldsConnection(instance.db);
+      const app = await appHolds(instance.db);
       await admin.query('SELECT pg_terminate_backend($1)', [pid]);
       // Told while the app still holds the pool's only other connection: the check could not ask
       // through the pool.
@@ -177,7 +117,7 @@ describe.each([
 describe("a task's signal when the server's idle_in_transaction timeout ends its backend", () => {
   it("fires while the app's own transaction holds the other connection of a pool of two (pool option given)", async () => {
     const { instance, locks } = setup(2, true);
-    const app = await appHoldsConnection(instance.db);
+    const app = await appHolds(instance.db);
     // Waits outside the database: after 300 ms idle in its transaction the server ends its backend.
     const task = longTask(locks, { idleInTransactionTimeoutMs: 300 });
     expect(await task.told, 'the signal did not fire while the pool was busy').toBe(true);

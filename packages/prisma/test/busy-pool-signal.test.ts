@@ -6,8 +6,9 @@
  * on. Found by an outside attack (a pool of two, the app's own work on the second connection).
  */
 import { randomBytes } from 'node:crypto';
-import { isLockkitError, LockKey } from '@lockkit/core';
+import { LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
+import { appHoldsConnection, watchedTask } from '@lockkit/test-db/watched-task';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { prismaInstance } from './instances.js';
@@ -21,9 +22,6 @@ afterEach(async () => {
 });
 
 const key = () => LockKey.fromNames('prisma-busy-pool', randomBytes(6).toString('hex'));
-
-/** Only ends a failing run: a passing one is told long before. */
-const WATCHDOG_MS = 10_000;
 
 function setup(poolSize: number) {
   const instance = prismaInstance(testDatabaseUrl(), poolSize, {
@@ -44,82 +42,24 @@ async function adminClient(): Promise<pg.Client> {
   return admin;
 }
 
-/**
- * Starts a lock task that reports its backend pid, then works until its signal fires or `finish`
- * is called. With `givesUp`, it gives up after WATCHDOG_MS: `told` says whether the signal fired
- * before that.
- */
-function longTask(locks: Locks, givesUp = true) {
-  let pidOf!: (pid: number) => void;
-  const pid = new Promise<number>((resolve) => {
-    pidOf = resolve;
-  });
-  let toldOf!: (told: boolean) => void;
-  const told = new Promise<boolean>((resolve) => {
-    toldOf = resolve;
-  });
-  let signal: AbortSignal | undefined;
-  let finish!: () => void;
-  const finished = new Promise<void>((resolve) => {
-    finish = resolve;
-  });
-  // A failing run leaves it working: the pool's close would wait for it.
-  releases.push(finish);
-  const call = locks
-    .withLock(key(), async (_tx, ctx) => {
-      const [row] = await ctx.query('SELECT pg_backend_pid() AS pid');
-      signal = ctx.signal;
-      pidOf(Number(row?.pid));
-      // Works outside the database (an HTTP call, a queue) until told to stop.
-      await new Promise<void>((resolve) => {
-        const watchdog = setTimeout(
-          () => {
-            toldOf(false);
-            resolve();
-          },
-          givesUp ? WATCHDOG_MS : 2 ** 31 - 1,
-        );
-        ctx.signal.addEventListener('abort', () => {
-          clearTimeout(watchdog);
-          toldOf(true);
-          resolve();
-        });
-        void finished.then(() => {
-          clearTimeout(watchdog);
-          resolve();
-        });
-      });
-      return 'done';
-    })
-    .then(
-      (r) => r,
-      (error: unknown) => (isLockkitError(error) ? error.code : String(error)),
-    );
-  return { pid, told, call, finish, aborted: () => signal?.aborted };
-}
+/** A lock task on a fresh key that works until told (see @lockkit/test-db's watched-task). */
+const longTask = (locks: Locks, givesUp = true) =>
+  watchedTask((task) => locks.withLock(key(), (tx, ctx) => task(tx, ctx)), releases, givesUp);
 
 /** The application's own interactive transaction on the same client, holding one connection. */
-async function appHoldsConnection(prisma: ReturnType<typeof setup>['instance']['prisma']) {
-  let release!: () => void;
-  const released = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  releases.push(release);
-  let holding!: () => void;
-  const held = new Promise<void>((resolve) => {
-    holding = resolve;
-  });
-  const done = prisma.$transaction(
-    async (tx) => {
-      await tx.$queryRawUnsafe('SELECT 1');
-      holding();
-      await released;
-    },
-    { timeout: 30_000, maxWait: 10_000 },
+const appHolds = (prisma: ReturnType<typeof setup>['instance']['prisma']) =>
+  appHoldsConnection(
+    (holding, released) =>
+      prisma.$transaction(
+        async (tx) => {
+          await tx.$queryRawUnsafe('SELECT 1');
+          holding();
+          await released;
+        },
+        { timeout: 30_000, maxWait: 10_000 },
+      ),
+    releases,
   );
-  await held;
-  return { release, done };
-}
 
 describe("a task's signal on connection loss while the pool's other connections are busy", () => {
   it("fires while the app's own transaction holds the other connection of a pool of two", async () => {
@@ -127,7 +67,7 @@ describe("a task's signal on connection loss while the pool's other connections 
     const admin = await adminClient();
     const task = longTask(locks);
     const pid = await task.pid;
-    const app = await appHoldsConnection(instance.prisma);
+    const app = await appHolds(instance.prisma);
     await admin.query('SELECT pg_terminate_backend($1)', [pid]);
     // Told while the app still holds the pool's only other connection: the check could not ask
     // through the pool.
