@@ -135,6 +135,7 @@ export type ConformanceCaseId =
   | 'scheduler.queue-skewed-due-at-tick'
   | 'scheduler.pending-not-due-followed-up'
   | 'scheduler.queue-committed-after-drain'
+  | 'scheduler.queue-holder-stopping'
   | 'scheduler.stop-gives-back-skewed'
   | 'scheduler.latest-catch-up-held'
   | 'scheduler.lease-waiting-tick-not-judged'

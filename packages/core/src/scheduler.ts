@@ -466,6 +466,11 @@ export class Scheduler<Tx> {
     string,
     { readonly at: number; readonly timer: ClockTimer }
   >();
+  /**
+   * By job name, the timer of a node that queued a tick behind a run still holding the job (see
+   * `watchHolder`): at most one a job.
+   */
+  private readonly holderWatches = new Map<string, ClockTimer>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -812,6 +817,8 @@ export class Scheduler<Tx> {
     this.retryTimers.clear();
     for (const { timer } of this.followUps.values()) timer.cancel();
     this.followUps.clear();
+    for (const timer of this.holderWatches.values()) timer.cancel();
+    this.holderWatches.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
     const deadline = Date.now() + (options.timeoutMs ?? 30_000);
@@ -1077,6 +1084,13 @@ export class Scheduler<Tx> {
    */
   private async jobFreeAfterQueuing(job: Job<Tx>): Promise<boolean> {
     if (this.stopping.signal.aborted) return false;
+    const free = await this.jobFree(job);
+    if (!free) this.watchHolder(job);
+    return free;
+  }
+
+  /** Whether nobody holds the job: its lock (transaction mode) or its lease (lease mode). */
+  private async jobFree(job: Job<Tx>): Promise<boolean> {
     if (job.settings.mode === 'lease')
       return !(await this.query((q) => this.ledger.leaseHeld(q, job)));
     const tried = await this.locks.withLock(this.keyOf(job), async () => undefined, {
@@ -1084,6 +1098,33 @@ export class Scheduler<Tx> {
       statementTimeoutMs: 0,
     });
     return tried.executed;
+  }
+
+  /**
+   * After this node queued a tick behind a run it found holding the job: looks again every
+   * `claimTimeoutMs` (this node's clock) while the job's queue has a PENDING tick, and runs the
+   * queue once the job is free. The holder looks when it lets go, but not always: a holder that is
+   * stopping, whose run ended in an error, or whose process died does not — and the queued tick
+   * would wait for the job's next firing, an interval later.
+   */
+  private watchHolder(job: Job<Tx>): void {
+    if (this.stopping.signal.aborted || this.holderWatches.has(job.name)) return;
+    const timer = this.clock.setTimer(job.settings.claimTimeoutMs, () => {
+      if (this.holderWatches.get(job.name) === timer) this.holderWatches.delete(job.name);
+      if (this.stopping.signal.aborted) return;
+      this.track(
+        (async () => {
+          const now = new Date(this.now());
+          if ((await this.query((q) => this.ledger.nextPending(q, job, now))) === undefined) return;
+          if (await this.jobFree(job)) await this.drain(job);
+          else this.watchHolder(job);
+        })().catch((error: unknown) => {
+          if (!this.stopping.signal.aborted)
+            this.emit({ type: 'error', job: job.name, tick: new Date(this.now()), error });
+        }),
+      );
+    });
+    this.holderWatches.set(job.name, timer);
   }
 
   /**

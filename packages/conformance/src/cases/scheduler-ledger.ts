@@ -1230,6 +1230,53 @@ export function schedulerLedgerCases<Tx, Session>(
   );
 
   test(
+    'scheduler.queue-holder-stopping',
+    "overlap 'queue', in transaction and lease mode: a tick queued behind a run whose node is stopping (it runs no queue once its run ends) is run by the node that queued it, claimTimeoutMs later on that node's clock — not at the job's next firing",
+    () =>
+      withSchema(async (schema) => {
+        for (const mode of ['transaction', 'lease'] as const) {
+          const job = `job-${mode}`;
+          const clockB = new SimulatedClock(BASE + 1010);
+          const n = queueNodes(schema, mode, job, {
+            a: { now: () => BASE + 1010 },
+            b: { clock: clockB },
+          });
+          const ranByB = gate();
+          n.b.on('ran', (e) => {
+            if (e.tick.getTime() === at(1).getTime()) ranByB.open();
+          });
+          const first = n.a.runTick(job, at(0));
+          let stopped: Promise<unknown> | undefined;
+          try {
+            await n.started.promise;
+            // A holds the job: B queues tick 1, and finds the job still held after its commit.
+            await n.b.runTick(job, at(1));
+            expect(await statusOf(schema, job, at(1)), mode).toEqual(['PENDING']);
+            // A is told to stop while its run goes on; once the run ends it runs no queue.
+            stopped = n.a.stop({ timeoutMs: 10_000 });
+          } finally {
+            n.release.open();
+            await first;
+            await stopped;
+          }
+          expect(n.ran, `${mode}: A ran tick 0 only`).toEqual(['a 0']);
+          expect(await statusOf(schema, job, at(1)), `${mode}: still queued`).toEqual(['PENDING']);
+          const claimTimeoutMs = mode === 'lease' ? 20_000 : 200;
+          await clockB.advanceTo(BASE + 1010 + claimTimeoutMs);
+          const ran = await Promise.race([
+            ranByB.promise.then(() => true),
+            new Promise<false>((r) => setTimeout(r, 10_000, false)),
+          ]);
+          expect(ran, `${mode}: B ran the queued tick on its own timer`).toBe(true);
+          await n.b.stop();
+          expect(n.ran, mode).toEqual(['a 0', 'b 1']);
+          expect(await statusOf(schema, job, at(1)), mode).toEqual(['SUCCEEDED']);
+        }
+      }),
+    60_000,
+  );
+
+  test(
     'scheduler.stop-gives-back-skewed',
     'in transaction and lease mode: a tick given back at stop() by a node whose clock runs 500 ms ahead is due for the replacement at once on its own clock, and runs with its next tick',
     () =>
