@@ -5,6 +5,7 @@ export default lockkitBuild({
     'src/main.ts',
     'src/memory-probe.ts',
     'src/scale-worker.ts',
+    'src/ceiling-worker.ts',
     'src/lease-contenders.ts',
     'src/inspect-ledger.ts',
   ],
