@@ -6,6 +6,7 @@ export default lockkitBuild({
     'src/memory-probe.ts',
     'src/scale-worker.ts',
     'src/ceiling-worker.ts',
+    'src/claim-model-worker.ts',
     'src/lease-contenders.ts',
     'src/inspect-ledger.ts',
   ],

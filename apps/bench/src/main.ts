@@ -39,7 +39,7 @@ import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
-import { measureCeiling, measureScale, type ScaleReport } from './scale.js';
+import { measureCeiling, measureClaimModel, measureScale, type ScaleReport } from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -617,7 +617,8 @@ function countsFrom(name: string, fallback: number[]): number[] {
 
 /**
  * `--scale-matrix`: what this server commits beside 8 Node processes when each transaction is as
- * small as a scheduled run can be (the ceiling), then the scheduler with 1, 4 and 8 processes ×
+ * small as a scheduled run can be (the ceiling); the claim model of issue 25's candidate design at
+ * the largest size (claim-model-worker.ts); then the scheduler with 1, 4 and 8 processes ×
  * 100 and 1,000 per-second jobs (LOCKKIT_BENCH_SCALE_PROCESSES, LOCKKIT_BENCH_SCALE_JOBS), each for
  * LOCKKIT_BENCH_SCALE_SECONDS (default 60).
  */
@@ -633,6 +634,17 @@ async function scaleMatrix(url: string): Promise<void> {
   );
   console.log(
     `\nCeiling: ${ceiling.commitsPerSecond} transactions/s (BEGIN, advisory xact lock, one row inserted, COMMIT) from ${ceiling.processes} processes × 10 connections, ${ceiling.seconds} s`,
+  );
+  // The candidate design's database work alone (see claim-model-worker.ts), at the largest size.
+  const model = await measureClaimModel(
+    url,
+    fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
+    Math.max(...processCounts),
+    Math.max(...jobCounts),
+    Math.min(seconds, 30),
+  );
+  console.log(
+    `Claim model: ${model.processes} processes × ${model.jobs} per-second jobs, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
   );
   const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
   const rows: ScaleReport[] = [];
@@ -656,7 +668,7 @@ async function scaleMatrix(url: string): Promise<void> {
       `| ${r.processes} × ${r.jobsPerProcess} | ${t.decisions} | ${t.transactions} | ${t.statements} | ${t.roundTrips} | ${r.p50Ms} / ${r.p99Ms} | ${r.handlerStartP50Ms} / ${r.handlerStartP99Ms} | ${Math.round(r.runs / r.seconds)} | ${r.duplicates} | ${r.notRun} of ${r.window.ticks} |`,
     );
   }
-  if (flags.json) console.log(JSON.stringify({ ceiling, scale: rows }));
+  if (flags.json) console.log(JSON.stringify({ ceiling, model, scale: rows }));
 }
 
 /**

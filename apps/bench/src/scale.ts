@@ -98,6 +98,46 @@ async function spawnWorkers(
   };
 }
 
+/** What the workers' handler runs add up to (see {@link ScaleReport}). */
+function tally(reports: readonly WorkerReport[], jobs: number) {
+  const starts: number[] = [];
+  const runsOf = new Map<number, number>(); // job * 2^32 + tick second → handler runs
+  let runs = 0;
+  for (const r of reports) {
+    starts.push(...(r.starts ?? []));
+    const ran = r.ran ?? [];
+    for (let i = 0; i + 1 < ran.length; i += 2) {
+      const id = (ran[i] as number) * 2 ** 32 + (ran[i + 1] as number);
+      runsOf.set(id, (runsOf.get(id) ?? 0) + 1);
+      runs++;
+    }
+  }
+  // The window every process covered: from the last `ready` to the first SIGTERM.
+  const from = Math.ceil(Math.max(...reports.map((r) => r.readyAt ?? 0)) / 1000);
+  const stoppedAt = Math.min(...reports.map((r) => r.stoppedAt ?? Number.POSITIVE_INFINITY));
+  const to = Math.floor(stoppedAt / 1000) - 1;
+  const windowSeconds = Math.max(1, (stoppedAt - from * 1000) / 1000);
+  let notRun = 0;
+  let runsInWindow = 0;
+  for (let job = 0; job < jobs; job++)
+    for (let tick = from; tick <= to; tick++) {
+      const n = runsOf.get(job * 2 ** 32 + tick);
+      if (n === undefined) notRun++;
+      else runsInWindow += n;
+    }
+  let duplicates = 0;
+  for (const n of runsOf.values()) if (n > 1) duplicates++;
+  return {
+    starts,
+    runs,
+    runsInWindow,
+    duplicates,
+    notRun,
+    window: { from, to, ticks: Math.max(0, to - from + 1) * jobs },
+    windowSeconds,
+  };
+}
+
 /** Runs `processes` workers of `jobs` per-second jobs each for `seconds` against `url`. */
 export async function measureScale(
   url: string,
@@ -131,38 +171,19 @@ export async function measureScale(
     }
     const reports = await workers.stop();
     const latencies: number[] = [];
-    const starts: number[] = [];
     const outcomes: Record<string, number> = {};
     const wire = { roundTrips: 0, statements: 0, transactions: 0 };
     const trace = new Map<string, number>();
-    const runsOf = new Map<number, number>(); // job * 2^32 + tick second → handler runs
-    let runs = 0;
     for (const r of reports) {
       latencies.push(...(r.latencies ?? []));
-      starts.push(...(r.starts ?? []));
       for (const [k, n] of Object.entries(r.outcomes ?? {})) outcomes[k] = (outcomes[k] ?? 0) + n;
       wire.roundTrips += r.wire?.roundTrips ?? 0;
       wire.statements += r.wire?.statements ?? 0;
       wire.transactions += r.wire?.transactions ?? 0;
       for (const [text, n] of Object.entries(r.trace ?? {}))
         trace.set(text, (trace.get(text) ?? 0) + n);
-      const ran = r.ran ?? [];
-      for (let i = 0; i + 1 < ran.length; i += 2) {
-        const id = (ran[i] as number) * 2 ** 32 + (ran[i + 1] as number);
-        runsOf.set(id, (runsOf.get(id) ?? 0) + 1);
-        runs++;
-      }
     }
-    // The window every process covered: from the last `ready` to the first SIGTERM.
-    const from = Math.ceil(Math.max(...reports.map((r) => r.readyAt ?? 0)) / 1000);
-    const stoppedAt = Math.min(...reports.map((r) => r.stoppedAt ?? Number.POSITIVE_INFINITY));
-    const to = Math.floor(stoppedAt / 1000) - 1;
-    const windowSeconds = Math.max(1, (stoppedAt - from * 1000) / 1000);
-    let notRun = 0;
-    for (let job = 0; job < jobs; job++)
-      for (let tick = from; tick <= to; tick++) if (!runsOf.has(job * 2 ** 32 + tick)) notRun++;
-    let duplicates = 0;
-    for (const n of runsOf.values()) if (n > 1) duplicates++;
+    const { starts, runs, duplicates, notRun, window, windowSeconds } = tally(reports, jobs);
     const perTick = (n: number) => Math.round((n / windowSeconds) * 10) / 10;
     return {
       processes,
@@ -183,7 +204,7 @@ export async function measureScale(
       runs,
       duplicates,
       notRun,
-      window: { from, to, ticks: Math.max(0, to - from + 1) * jobs },
+      window,
       peakAdvisoryLocks: peak,
       peakGrantedAdvisoryLocks: peakGranted,
       ...(trace.size > 0
@@ -236,6 +257,68 @@ export async function measureCeiling(
       if (ms > 0) rate += ((r.commits ?? 0) * 1000) / ms;
     }
     return { processes, seconds, commitsPerSecond: Math.round(rate) };
+  } finally {
+    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await setup.end();
+  }
+}
+
+/** What the claim model measured (see claim-model-worker.ts). */
+export interface ClaimModelReport {
+  readonly processes: number;
+  readonly jobs: number;
+  readonly seconds: number;
+  /** Handler runs of the window's ticks, per second of ticks. */
+  readonly runsPerSecond: number;
+  readonly handlerStartP50Ms: number;
+  readonly handlerStartP99Ms: number;
+  readonly duplicates: number;
+  readonly notRun: number;
+  readonly windowTicks: number;
+}
+
+/**
+ * `processes` workers of the claim model (see claim-model-worker.ts) on `jobs` per-second jobs for
+ * `seconds`: the candidate design's database work alone, to hold it to the ceiling.
+ */
+export async function measureClaimModel(
+  url: string,
+  workerScript: string,
+  processes: number,
+  jobs: number,
+  seconds: number,
+): Promise<ClaimModelReport> {
+  const schema = `lockkit_claims_${randomBytes(4).toString('hex')}`;
+  const setup = new pg.Pool({ connectionString: url, max: 1 });
+  await setup.query(`CREATE SCHEMA "${schema}"`);
+  await setup.query(
+    `CREATE TABLE "${schema}".runs (job int4 NOT NULL, tick timestamptz NOT NULL,
+       status text NOT NULL, PRIMARY KEY (job, tick))`,
+  );
+  await setup.query(`CREATE INDEX ON "${schema}".runs (tick) WHERE status = 'PENDING'`);
+  try {
+    const workers = await spawnWorkers(processes, (i) => [
+      workerScript,
+      url,
+      `"${schema}".runs`,
+      String(jobs),
+      `claims-${i}`,
+    ]);
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    const reports = await workers.stop();
+    const t = tally(reports, jobs);
+    return {
+      processes,
+      jobs,
+      seconds,
+      runsPerSecond:
+        t.window.ticks === 0 ? 0 : Math.round((t.runsInWindow * jobs) / t.window.ticks),
+      handlerStartP50Ms: Math.round(percentile(t.starts, 50)),
+      handlerStartP99Ms: Math.round(percentile(t.starts, 99)),
+      duplicates: t.duplicates,
+      notRun: t.notRun,
+      windowTicks: t.window.ticks,
+    };
   } finally {
     await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await setup.end();
