@@ -5,6 +5,8 @@ export default lockkitBuild({
     'src/main.ts',
     'src/memory-probe.ts',
     'src/scale-worker.ts',
+    'src/ceiling-worker.ts',
+    'src/claim-model-worker.ts',
     'src/lease-contenders.ts',
     'src/inspect-ledger.ts',
   ],

@@ -39,7 +39,7 @@ import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
-import { measureScale, type ScaleReport } from './scale.js';
+import { measureCeiling, measureClaimModel, measureScale, type ScaleReport } from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -91,6 +91,8 @@ const { values: flags } = parseArgs({
     'js-cost': { type: 'boolean', default: false },
     // Only the memory probes (bare, 16 connections, 10,000 jobs on one and on distinct schedules).
     memory: { type: 'boolean', default: false },
+    // Only the scheduler at scale: the server's ceiling, then 1, 4, 8 processes × 100, 1,000 jobs.
+    'scale-matrix': { type: 'boolean', default: false },
   },
 });
 // --quick: a few seconds per case, for a look; the table's ratios are then rough.
@@ -210,6 +212,14 @@ async function main(): Promise<void> {
   if (flags['lease-renewal']) {
     try {
       await leaseRenewal(url);
+    } finally {
+      await embedded?.stop();
+    }
+    return;
+  }
+  if (flags['scale-matrix']) {
+    try {
+      await scaleMatrix(url);
     } finally {
       await embedded?.stop();
     }
@@ -569,11 +579,7 @@ async function main(): Promise<void> {
     );
   }
   if (memory) printMemory(memory);
-  if (scale) {
-    console.log(
-      `\nScale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`,
-    );
-  }
+  if (scale) console.log(`\n${describeScale(scale)}`);
   if (flags.json) {
     const cases: Record<string, unknown> = {};
     for (const path of new Set([...roundTrips.keys(), ...ratios.keys()])) {
@@ -591,6 +597,78 @@ async function main(): Promise<void> {
     }
     console.log(JSON.stringify({ ms, rounds, clients: clientCounts, cases, memory, scale }));
   }
+}
+
+/** One scale run in a sentence. */
+function describeScale(scale: ScaleReport): string {
+  const t = scale.perTick;
+  return `Scale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; per tick ${t.decisions} decisions, ${t.transactions} transactions, ${t.statements} statements, ${t.roundTrips} round trips; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; handler start p50 ${scale.handlerStartP50Ms} ms, p99 ${scale.handlerStartP99Ms} ms; ${scale.runs} runs, ${scale.duplicates} ticks run twice, ${scale.notRun} of the window's ${scale.window.ticks} ticks not run by its end; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`;
+}
+
+/** A comma-separated list of whole numbers from 1 in `name`, else `fallback`. */
+function countsFrom(name: string, fallback: number[]): number[] {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const counts = raw.split(',').map(Number);
+  if (counts.some((n) => !Number.isInteger(n) || n < 1))
+    throw new Error(`${name} must be whole numbers from 1, comma-separated; got '${raw}'`);
+  return counts;
+}
+
+/**
+ * `--scale-matrix`: what this server commits beside 8 Node processes when each transaction is as
+ * small as a scheduled run can be (the ceiling); the claim model of issue 25's candidate design at
+ * the largest size (claim-model-worker.ts); then the scheduler with 1, 4 and 8 processes ×
+ * 100 and 1,000 per-second jobs (LOCKKIT_BENCH_SCALE_PROCESSES, LOCKKIT_BENCH_SCALE_JOBS), each for
+ * LOCKKIT_BENCH_SCALE_SECONDS (default 60).
+ */
+async function scaleMatrix(url: string): Promise<void> {
+  const seconds = countsFrom('LOCKKIT_BENCH_SCALE_SECONDS', [60])[0] as number;
+  const processCounts = countsFrom('LOCKKIT_BENCH_SCALE_PROCESSES', [1, 4, 8]);
+  const jobCounts = countsFrom('LOCKKIT_BENCH_SCALE_JOBS', [100, 1000]);
+  const ceiling = await measureCeiling(
+    url,
+    fileURLToPath(new URL('./ceiling-worker.mjs', import.meta.url)),
+    Math.max(...processCounts),
+    Math.min(seconds, 30),
+  );
+  console.log(
+    `\nCeiling: ${ceiling.commitsPerSecond} transactions/s (BEGIN, advisory xact lock, one row inserted, COMMIT) from ${ceiling.processes} processes × 10 connections, ${ceiling.seconds} s`,
+  );
+  // The candidate design's database work alone (see claim-model-worker.ts), at the largest size.
+  const model = await measureClaimModel(
+    url,
+    fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
+    Math.max(...processCounts),
+    Math.max(...jobCounts),
+    Math.min(seconds, 30),
+  );
+  console.log(
+    `Claim model: ${model.processes} processes × ${model.jobs} per-second jobs, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
+  );
+  const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+  const rows: ScaleReport[] = [];
+  for (const jobs of jobCounts)
+    for (const processes of processCounts) {
+      const r = await measureScale(url, worker, processes, jobs, seconds);
+      rows.push(r);
+      console.log(describeScale(r));
+      if (r.tracePerTick !== undefined) {
+        console.log('  statements per tick, by text:');
+        for (const [text, n] of Object.entries(r.tracePerTick)) console.log(`  ${n}\t${text}`);
+      }
+    }
+  console.log(
+    '\n| processes × jobs | decisions / tick | transactions / tick | statements / tick | round trips / tick | decision p50 / p99 ms | handler start p50 / p99 ms | runs / s | ticks run twice | ticks not run |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of rows) {
+    const t = r.perTick;
+    console.log(
+      `| ${r.processes} × ${r.jobsPerProcess} | ${t.decisions} | ${t.transactions} | ${t.statements} | ${t.roundTrips} | ${r.p50Ms} / ${r.p99Ms} | ${r.handlerStartP50Ms} / ${r.handlerStartP99Ms} | ${Math.round(r.runs / r.seconds)} | ${r.duplicates} | ${r.notRun} of ${r.window.ticks} |`,
+    );
+  }
+  if (flags.json) console.log(JSON.stringify({ ceiling, model, scale: rows }));
 }
 
 /**

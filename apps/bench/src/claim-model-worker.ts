@@ -1,0 +1,92 @@
+/**
+ * One process of `--claim-model`: the candidate design for issue 25 in raw SQL, without the
+ * scheduler — every process makes each tick's (job, tick) rows PENDING in one idempotent INSERT,
+ * then its 10 connections claim due rows one transaction each with `FOR UPDATE SKIP LOCKED`, take
+ * the job's advisory lock (the overlap check), run an empty handler and mark the row SUCCEEDED in
+ * that transaction (5 statements). A row is run exactly once: its row lock keeps rivals off while
+ * the claiming transaction lives, and a claimant that dies rolls back, leaving it PENDING. On
+ * SIGTERM prints `{ starts, ran, readyAt, stoppedAt }` as the scale worker does.
+ *
+ *   node claim-model-worker.mjs <database url> <table> <jobs> <name>
+ */
+import pg from 'pg';
+
+const [url, table, jobsArg, name] = process.argv.slice(2) as [string, string, string, string];
+const jobs = Number(jobsArg);
+const CONNECTIONS = 10;
+// One more connection than claimers: the materialising INSERT's.
+const pool = new pg.Pool({ connectionString: url, max: CONNECTIONS + 1, application_name: name });
+pool.on('error', () => {});
+const starts: number[] = [];
+const ran: number[] = [];
+let stopping = false;
+let wake: (() => void)[] = [];
+
+/** Claims and runs due rows until none is left; returns when the table has none due. */
+async function claimLoop(client: pg.PoolClient): Promise<void> {
+  for (;;) {
+    if (stopping) return;
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ job: number; tick: Date }>(
+      `SELECT job, tick FROM ${table}
+        WHERE status = 'PENDING' AND tick <= now()
+        ORDER BY tick LIMIT 1 FOR UPDATE SKIP LOCKED`,
+    );
+    const row = rows[0];
+    if (row === undefined) {
+      await client.query('COMMIT');
+      return;
+    }
+    await client.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [4242, row.job]);
+    starts.push(Date.now() - row.tick.getTime());
+    ran.push(row.job, row.tick.getTime() / 1000);
+    await client.query(`UPDATE ${table} SET status = 'SUCCEEDED' WHERE job = $1 AND tick = $2`, [
+      row.job,
+      row.tick,
+    ]);
+    await client.query('COMMIT');
+  }
+}
+
+/** One connection: at each tick's wake-up, claims until nothing is due. */
+async function worker(): Promise<void> {
+  const client = await pool.connect();
+  try {
+    while (!stopping) {
+      await new Promise<void>((resolve) => wake.push(resolve));
+      await claimLoop(client);
+    }
+  } finally {
+    client.release();
+  }
+}
+
+const workers = Array.from({ length: CONNECTIONS }, () => worker());
+let timer: NodeJS.Timeout | undefined;
+const tick = async (): Promise<void> => {
+  const at = Math.floor(Date.now() / 1000) * 1000;
+  timer = setTimeout(() => void tick(), at + 1000 - Date.now());
+  await pool.query(
+    `INSERT INTO ${table} (job, tick, status)
+     SELECT j, to_timestamp($1::float8 / 1000), 'PENDING' FROM generate_series(0, $2::int4 - 1) AS j
+     ON CONFLICT DO NOTHING`,
+    [at, jobs],
+  );
+  const woken = wake;
+  wake = [];
+  for (const w of woken) w();
+};
+const readyAt = Date.now();
+process.stdout.write(`${JSON.stringify({ ready: true, readyAt })}\n`);
+timer = setTimeout(() => void tick(), 1000 - (Date.now() % 1000));
+process.once('SIGTERM', () => {
+  const stoppedAt = Date.now();
+  stopping = true;
+  clearTimeout(timer);
+  for (const w of wake) w();
+  void Promise.all(workers).then(async () => {
+    await pool.end();
+    process.stdout.write(`${JSON.stringify({ starts, ran, readyAt, stoppedAt })}\n`);
+    process.exit(0);
+  });
+});
