@@ -12,6 +12,8 @@
  * @packageDocumentation
  */
 
+import { whenAborted } from './abort-listeners.js';
+
 /** What the callback of an executor call is given: whether it may go on. */
 export interface Checkout {
   /**
@@ -43,22 +45,20 @@ export function abandonableCheckout<T>(
     },
   });
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => {
+    const forget = whenAborted(signal, () => {
       // Past `enter()`, the call has its connection and answers the abort itself.
       if (entered) return;
       abandoned = true;
       run.catch(() => {});
       reject(aborted(signal));
-    };
-    if (signal.aborted) onAbort();
-    else signal.addEventListener('abort', onAbort, { once: true });
+    });
     run.then(
       (value) => {
-        signal.removeEventListener('abort', onAbort);
+        forget();
         resolve(value);
       },
       (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
+        forget();
         reject(error);
       },
     );

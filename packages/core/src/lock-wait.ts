@@ -5,6 +5,7 @@
  *
  * @packageDocumentation
  */
+import { whenAborted } from './abort-listeners.js';
 import type { QueryFn } from './executor.js';
 import type { LockKey } from './keys.js';
 import { first, type LockEngine, type Plan, refuseInRecovery } from './lock-engine.js';
@@ -50,11 +51,11 @@ export async function waitForLock<Tx, Session>(
     if (ctx.interrupt) interrupting = ctx.interrupt().catch(() => undefined);
     else if (pid !== undefined) cancels.push(cancelWait(engine, pid, key));
   };
-  p.signal?.addEventListener('abort', onAbort, { once: true });
+  const forget = p.signal ? whenAborted(p.signal, onAbort) : undefined;
   try {
     refuseInRecovery(first(await ctx.query(statement.text, statement.params)), `lock ${key}`);
   } finally {
-    p.signal?.removeEventListener('abort', onAbort);
+    forget?.();
     // A protocol cancel names the connection, not the statement: let it land (on this wait,
     // or ignored by an idle backend) before the connection does anything else.
     if (interrupting) await interrupting;

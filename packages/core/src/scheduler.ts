@@ -13,8 +13,8 @@
  * @packageDocumentation
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
+import { whenAborted } from './abort-listeners.js';
 import { type Clock, type ClockTimer, MAX_TIMER_MS, systemClock } from './clock.js';
 import { taskEndedTransaction } from './commit-truth.js';
 import { isConnectionLoss } from './connection-loss.js';
@@ -343,12 +343,11 @@ function pause(ms: number, signal: AbortSignal): Promise<boolean> {
   return new Promise((resolve) => {
     const done = (waited: boolean) => {
       clearTimeout(timer);
-      signal.removeEventListener('abort', onAbort);
+      forget();
       resolve(waited);
     };
-    const onAbort = () => done(false);
     const timer = setTimeout(() => done(true), ms);
-    signal.addEventListener('abort', onAbort, { once: true });
+    const forget = whenAborted(signal, () => done(false));
   });
 }
 
@@ -522,8 +521,6 @@ export class Scheduler<Tx> {
       },
     });
     this.ownerOnlyLease = Object.freeze({ owner: this.owner });
-    // Every job waiting for its lock listens to this one signal: more than ten jobs is normal.
-    setMaxListeners(0, this.stopping.signal);
     this.retentionMs = count(options.retentionMs, 'retentionMs', 0, 7 * 24 * 3600 * 1000);
     this.graceMs = count(options.catchUpGraceMs, 'catchUpGraceMs', 0, 2000);
     const namespace = options.namespace;
