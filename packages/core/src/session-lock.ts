@@ -134,8 +134,10 @@ export async function sessionLock<Tx, Session, T>(
                 // A wait cut short (timeout, cancel) just as the lock was granted keeps the
                 // session lock through the rollback: give it back.
                 const held = heldStatement(key, p.mode);
-                const rows = await ctx.query(held.text, held.params).catch(() => [{ held: 0 }]);
-                if (Number(first(rows).held) > 0)
+                const rows = await ctx.query(held.text, held.params).catch(() => undefined);
+                // Not known: never lend this connection on (it may hold the lock).
+                if (rows === undefined) ctx.discard?.();
+                else if (Number(first(rows).held) > 0)
                   await release(engine, ctx, key, p.mode, -1, error);
               }
               throw error;
@@ -151,7 +153,16 @@ export async function sessionLock<Tx, Session, T>(
               expectedPid === undefined
                 ? lockStatement(key, 'session', p.mode, false)
                 : guardedSessionLockStatement(key, p.mode, false, expectedPid);
-            const row = first(await ctx.query(statement.text, statement.params));
+            let row: Row;
+            try {
+              row = first(await ctx.query(statement.text, statement.params));
+            } catch (error) {
+              // A session lock outlives its statement's error: the server may have taken it before
+              // the statement was cancelled (a role's short statement_timeout, a cancel request).
+              // Never lend this connection on as it is: closed (or reset), it holds nothing.
+              if (!ctx.signal.aborted) ctx.discard?.();
+              throw error;
+            }
             holderPid = row.pid as number;
             // Before `acquired`: NULL there also means a standby, where nothing was taken.
             refuseInRecovery(row, `session lock ${key}`);
@@ -215,6 +226,14 @@ export async function sessionLock<Tx, Session, T>(
 }
 
 /**
+ * How many times a statement of the release is sent while the server cancels it: a timeout the
+ * task left cancels only a statement that runs longer than it, and the one lockkit sends to lift
+ * it takes microseconds, so a second cancel is rare and a fifth means the server cancels
+ * everything; then the call fails and the connection, discarded, takes the lock with it.
+ */
+const RELEASE_ATTEMPTS = 5;
+
+/**
  * One unlock for the one acquire, sent only to the backend that holds the lock (`holderPid`;
  * -1 when this very connection is known to hold it). A lock that is no longer held is an
  * error, never silence; a statement that reached another backend means a pooler moved us.
@@ -239,6 +258,18 @@ async function release(
       holderPid === -1 ? unlockStatement(key, mode, pid) : sessionReleaseStatement(key, mode, pid);
     return first(await query(statement.text, statement.params));
   };
+  // The task may have left a statement_timeout too short for these statements (on the session, or
+  // in the transaction it left open), and the server then cancels one (57014). A cancelled
+  // statement did nothing lockkit relies on, bar aborting the transaction it ran in: send it again.
+  const uncancelled = async <R>(step: () => Promise<R>): Promise<R> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await step();
+      } catch (error) {
+        if (sqlState(error) !== '57014' || attempt >= RELEASE_ATTEMPTS) throw error;
+      }
+    }
+  };
   // A transaction the task left open (or failed) on the session would swallow the next pool
   // user's work: roll it back first.
   let open: boolean;
@@ -248,27 +279,25 @@ async function release(
       await query(TRANSACTION_PROBE_SET);
       open = first(await query(TRANSACTION_PROBE_READ)).open === true;
     } catch (error) {
-      if (sqlState(error) !== '25P02') throw error;
+      // 25P02: a failed transaction. 57014: the probe was cancelled, which aborts the transaction
+      // it ran in, if there was one. Roll back either way: outside a transaction, ROLLBACK only warns.
+      const state = sqlState(error);
+      if (state !== '25P02' && state !== '57014') throw error;
       open = true;
     }
   }
-  if (open) await query(ROLLBACK);
+  if (open) await uncancelled(() => query(ROLLBACK));
   let row: Row;
   try {
     row = await unlock();
   } catch (error) {
-    // The task set a statement_timeout too short for the unlock itself: unlock again in a
-    // transaction of its own that lifts it (SET LOCAL: nothing outlives the transaction).
-    if (sqlState(error) !== '57014' || ctx.inTransaction?.() === true) throw error;
-    await query(BEGIN);
-    try {
-      await query(NO_STATEMENT_TIMEOUT);
-      row = await unlock();
-      await query(COMMIT);
-    } catch (again) {
-      await query(ROLLBACK).catch(() => {});
-      throw again;
-    }
+    if (sqlState(error) !== '57014') throw error;
+    // Outside any transaction now: lift the timeout for the rest of this session (discarded after
+    // the task), then unlock again. The lift's own timer may still fire as the lift finishes: the
+    // server then cancels the next statement before running it (a loaded server does this), with
+    // the timeout already 0 — so the unlock, too, is sent again when cancelled.
+    await uncancelled(() => query(NO_STATEMENT_TIMEOUT));
+    row = await uncancelled(unlock);
     // An unlock is not undone by the cancel of its statement: the cancelled attempt may have
     // released the lock already, so "not held" here says nothing of anyone else.
     if (row.released === false) return;

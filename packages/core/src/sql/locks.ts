@@ -266,10 +266,13 @@ export function sessionReleaseStatement(
 }
 
 /**
- * Lifts `statement_timeout` for the current transaction only: sent inside a transaction lockkit
- * opened to release a session lock, when a task left a timeout too short for the release.
+ * Lifts `statement_timeout` for the rest of the session: sent outside any transaction, on a session
+ * connection whose task left a timeout too short for lockkit's release. The connection is
+ * discarded after the task (closed, or reset in full), so the lift outlives nothing. A utility
+ * statement, not a SELECT: it is neither planned nor JIT-compiled, which under a forced JIT takes
+ * longer than a 1 ms timeout every time.
  */
-export const NO_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', '0', true)";
+export const NO_STATEMENT_TIMEOUT = 'SET statement_timeout = 0';
 
 /**
  * Resets a session connection, for an executor that cannot close one pooled connection without
