@@ -343,6 +343,23 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     };
   }
 
+  /**
+   * Ends a lease's backend from its own connection: rolled back first (it may be in a
+   * transaction; outside one, ROLLBACK only warns), back to the authenticated user (a task may have
+   * switched to a role that may not end its own backend), then ended. Every error is ignored: a
+   * link that is really gone answers nothing, and postgres.js fails these once it reads the close.
+   */
+  async function endBackend(l: Lease<R>): Promise<void> {
+    const quietly = (text: string) =>
+      l.reserved.unsafe(text).then(
+        () => {},
+        () => {},
+      );
+    await quietly('ROLLBACK');
+    for (const statement of RESET_AUTHORIZATION) await quietly(statement);
+    await quietly(END_OWN_BACKEND);
+  }
+
   async function finish(l: Lease<R>): Promise<void> {
     if (l.watched.fate.aborted && l.mayBeOpen()) {
       // Declared dead while postgres.js still has the connection open: the watch's check failed
@@ -351,17 +368,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       // the lock: it is ended — rolled back, unlocked — and never lent again. Not awaited: a link
       // that is really gone answers nothing (postgres.js fails these once it reads the close).
       l.stop();
-      void (async () => {
-        const quietly = (text: string) =>
-          l.reserved.unsafe(text).then(
-            () => {},
-            () => {},
-          );
-        await quietly('ROLLBACK');
-        // A task may have switched to a role that may not end its own backend.
-        for (const statement of RESET_AUTHORIZATION) await quietly(statement);
-        await quietly(END_OWN_BACKEND);
-      })();
+      void endBackend(l);
       return;
     }
     if (l.discarded() && !l.watched.fate.aborted) {
@@ -385,18 +392,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         l.stop();
         return;
       }
-      // A task may have switched to a role that may not end its own backend: back to the
-      // authenticated user first.
-      for (const statement of RESET_AUTHORIZATION) {
-        await l.reserved.unsafe(statement).then(
-          () => {},
-          () => {},
-        );
-      }
-      await l.reserved.unsafe(END_OWN_BACKEND).then(
-        () => {},
-        () => {},
-      );
+      // The reset failed: ended.
+      await endBackend(l);
       // Ended: postgres.js has put it in its closed queue already; releasing it would reopen it.
       l.stop();
       return;
