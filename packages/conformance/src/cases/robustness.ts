@@ -131,7 +131,14 @@ export function robustnessCases<Tx, Session>(
       expect(outcomes.get('executed') ?? 0).toBeGreaterThan(0);
       expect(outcomes.get('skipped') ?? 0).toBeGreaterThan(0);
       expect(outcomes.get('task failed') ?? 0).toBeGreaterThan(0);
-      expect((await instance.checkedOut?.()) ?? 0).toBe(0);
+      // A connection the driver hands back a moment after the call settled is not a leak (Prisma
+      // releases after its own bookkeeping: CI saw one still out at the first look on a loaded
+      // machine); one still out after two seconds is, as in the suite's after-each check.
+      const returned = await f.observer.until(
+        async () => ((await instance.checkedOut?.()) ?? 0) === 0,
+        2000,
+      );
+      expect(returned, `${(await instance.checkedOut?.()) ?? 0} connections still out`).toBe(true);
       expect(await f.observer.locksOf(f.applicationName)).toEqual([]);
     },
     120_000,

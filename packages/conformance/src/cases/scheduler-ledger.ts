@@ -30,6 +30,13 @@ import { casesOf, type Fixture, withLockkitSchema } from '../suite.js';
 const BASE = Date.UTC(2031, 0, 1, 0, 0, 0);
 const at = (seconds: number) => new Date(BASE + seconds * 1000);
 
+/**
+ * Timers that never fire: a simulated clock nobody moves. A node given it beside a hand-set `now`
+ * runs only the ticks the test fires — never a follow-up drain or a holder watch on real time,
+ * which on a busy machine fires mid-test and runs the queue on its own, racing the test's steps.
+ */
+const heldTimers = (): SimulatedClock => new SimulatedClock(BASE);
+
 /** A clock a test sets by hand. */
 function handClock(seconds: number): { now: () => number; set: (seconds: number) => void } {
   let t = BASE + seconds * 1000 + 10;
@@ -721,6 +728,7 @@ export function schedulerLedgerCases<Tx, Session>(
           const s = createScheduler(createLockClient(instance.executor, { schema }), {
             namespace: schema,
             now: clock.now,
+            clock: heldTimers(),
             catchUpGraceMs: 0,
           });
           s.register(
@@ -974,9 +982,19 @@ export function schedulerLedgerCases<Tx, Session>(
             }
           };
           // A runs tick 1. Its clock is behind: when its run ends, nothing queued is due for it yet.
-          const a = node(schema, { owner: 'a', now: handClock(1).now, catchUpGraceMs: 0 });
+          const a = node(schema, {
+            owner: 'a',
+            now: handClock(1).now,
+            clock: heldTimers(),
+            catchUpGraceMs: 0,
+          });
           a.register(job, '* * * * * *', handler, options);
-          const b = node(schema, { owner: 'b', now: handClock(4).now, catchUpGraceMs: 0 });
+          const b = node(schema, {
+            owner: 'b',
+            now: handClock(4).now,
+            clock: heldTimers(),
+            catchUpGraceMs: 0,
+          });
           b.register(job, '* * * * * *', handler, options);
           const first = a.runTick(job, at(1));
           await started.promise;
@@ -1016,11 +1034,26 @@ export function schedulerLedgerCases<Tx, Session>(
         };
         const options = { overlap: 'queue', claimTimeoutMs: 200 } as const;
         // R runs tick 1; its clock is behind, so when its run ends nothing queued is due for it.
-        const r = node(schema, { owner: 'r', now: handClock(1).now, catchUpGraceMs: 0 });
+        const r = node(schema, {
+          owner: 'r',
+          now: handClock(1).now,
+          clock: heldTimers(),
+          catchUpGraceMs: 0,
+        });
         r.register(job, '* * * * * *', handler, options);
-        const q = node(schema, { owner: 'q', now: handClock(3).now, catchUpGraceMs: 0 });
+        const q = node(schema, {
+          owner: 'q',
+          now: handClock(3).now,
+          clock: heldTimers(),
+          catchUpGraceMs: 0,
+        });
         q.register(job, '* * * * * *', handler, options);
-        const d = node(schema, { owner: 'd', now: handClock(3).now, catchUpGraceMs: 0 });
+        const d = node(schema, {
+          owner: 'd',
+          now: handClock(3).now,
+          clock: heldTimers(),
+          catchUpGraceMs: 0,
+        });
         d.register(job, '* * * * * *', handler, { ...options, claimTimeoutMs: 20_000 });
         const first = r.runTick(job, at(1));
         await started.promise;
@@ -1055,7 +1088,9 @@ export function schedulerLedgerCases<Tx, Session>(
     const started = gate();
     const release = gate();
     const make = (owner: string, options: SchedulerOptions) => {
-      const s = node(schema, { owner, catchUpGraceMs: 0, ...options });
+      // A node given only `now` keeps its timers held (see heldTimers); a case that moves a
+      // node's timers passes its own clock.
+      const s = node(schema, { owner, catchUpGraceMs: 0, clock: heldTimers(), ...options });
       s.register(
         job,
         '* * * * * *',
