@@ -32,6 +32,18 @@ afterAll(async () => {
   await admin.end();
 });
 
+/** The backends holding the advisory lock of job `name`, found from outside through pg_locks. */
+async function lockHolders(name: string): Promise<number[]> {
+  const { classid, objid, objsubid } = LockKey.fromNames(schema, name).pgLocks;
+  const { rows } = await admin.query<{ pid: number }>(
+    `SELECT pid FROM pg_locks
+      WHERE locktype = 'advisory' AND granted AND classid = $1::int8::oid
+        AND objid = $2::int8::oid AND objsubid = $3`,
+    [classid, objid, objsubid],
+  );
+  return rows.map((r) => r.pid);
+}
+
 /** Resolves with the signal's reason once it aborts. */
 const aborted = (signal: AbortSignal) =>
   new Promise<unknown>((resolve) => {
@@ -80,16 +92,9 @@ it('aborts exclusiveSignal() when the lock backend is terminated under the runni
         (e: unknown) => e,
       );
     await inside;
-    // The backend holding the call's advisory lock, found from outside through pg_locks.
-    const { classid, objid, objsubid } = LockKey.fromNames(schema, name).pgLocks;
-    const holders = await admin.query<{ pid: number }>(
-      `SELECT pid FROM pg_locks
-        WHERE locktype = 'advisory' AND granted AND classid = $1::int8::oid
-          AND objid = $2::int8::oid AND objsubid = $3`,
-      [classid, objid, objsubid],
-    );
-    expect(holders.rows).toHaveLength(1);
-    await admin.query('SELECT pg_terminate_backend($1)', [holders.rows[0]?.pid]);
+    const holders = await lockHolders(name);
+    expect(holders).toHaveLength(1);
+    await admin.query('SELECT pg_terminate_backend($1)', [holders[0]]);
     const outcome = await call;
     expect(observed).toHaveLength(1);
     // The reason is what the connection died of (here the driver's 57P01 error); the call
@@ -108,19 +113,39 @@ it('aborts exclusiveSignal() when the lock backend is terminated under the runni
 it('aborts exclusiveSignal() when the server ends the idle lock transaction (idle_in_transaction_session_timeout)', async () => {
   // The lock's transaction sits idle while the method works: a server timeout shorter than the
   // method ends the session, and the lock with it. The method waits on its signal, not on a clock.
-  const pool = new pg.Pool({
-    connectionString: testDatabaseUrl(),
-    max: 2,
-    options: '-c idle_in_transaction_session_timeout=200',
-  });
+  // The timeout is set on the lock's own transaction once the method runs (SET LOCAL, sent on
+  // that connection from outside the call), never before: a starved process may sit longer
+  // than any timeout between the lock's statements — here each statement before the method
+  // answers 300 ms late, longer than the 200 ms timeout, and the test still holds.
+  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 2 });
   pool.on('error', () => {});
+  const clients: pg.PoolClient[] = [];
+  let methodRunning = false;
+  pool.on('connect', (client) => {
+    clients.push(client);
+    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+    Object.assign(client, {
+      query: async (...args: unknown[]) => {
+        const result = await query(...args);
+        if (!methodRunning) await new Promise((r) => setTimeout(r, 300));
+        return result;
+      },
+    });
+  });
   const name = `idle-${randomBytes(3).toString('hex')}`;
   const observed: unknown[] = [];
   @Injectable()
   class Sweep {
     @Exclusive({ name, namespace: schema })
     async run(): Promise<void> {
+      methodRunning = true;
       const signal = exclusiveSignal();
+      const [pid] = await lockHolders(name);
+      const holder = clients.find(
+        (c) => (c as unknown as { processID?: number }).processID === pid,
+      );
+      if (holder === undefined) throw new Error('the lock holder is not a connection of this pool');
+      await holder.query('SET LOCAL idle_in_transaction_session_timeout = 200');
       observed.push(await aborted(signal));
       signal.throwIfAborted();
     }
