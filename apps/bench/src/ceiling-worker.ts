@@ -43,7 +43,8 @@ process.once('SIGTERM', () => {
   stopping = true;
   void Promise.all(loops).then(async () => {
     await pool.end();
-    process.stdout.write(`${JSON.stringify({ commits: total, readyAt, stoppedAt })}\n`);
-    process.exit(0);
+    process.stdout.write(`${JSON.stringify({ commits: total, readyAt, stoppedAt })}\n`, () =>
+      process.exit(0),
+    );
   });
 });

@@ -1,18 +1,27 @@
 /**
  * One process of `--claim-model`: the candidate design for issue 25 in raw SQL, without the
  * scheduler — every process makes each tick's (job, tick) rows PENDING in one idempotent INSERT,
- * then its 10 connections claim due rows one transaction each with `FOR UPDATE SKIP LOCKED`, take
- * the job's advisory lock (the overlap check), run an empty handler and mark the row SUCCEEDED in
- * that transaction (5 statements). A row is run exactly once: its row lock keeps rivals off while
- * the claiming transaction lives, and a claimant that dies rolls back, leaving it PENDING. On
- * SIGTERM prints `{ starts, ran, readyAt, stoppedAt }` as the scale worker does.
+ * then its 10 connections claim due rows with `FOR UPDATE SKIP LOCKED`, `batch` rows per
+ * transaction: the rows claimed in one statement, the jobs' advisory locks tried in one (the
+ * overlap check), each job's empty handler between a SAVEPOINT and its RELEASE (as a failing job
+ * must roll back alone), and the rows marked SUCCEEDED in one UPDATE, all in that transaction (5
+ * statements and 2 per job). A row is run exactly once: its row lock keeps rivals off while the
+ * claiming transaction lives, and a claimant that dies rolls back, leaving it PENDING. On SIGTERM
+ * prints `{ starts, ran, readyAt, stoppedAt }` as the scale worker does.
  *
- *   node claim-model-worker.mjs <database url> <table> <jobs> <name>
+ *   node claim-model-worker.mjs <database url> <table> <jobs> <name> [batch, default 1]
  */
 import pg from 'pg';
 
-const [url, table, jobsArg, name] = process.argv.slice(2) as [string, string, string, string];
+const [url, table, jobsArg, name, batchArg] = process.argv.slice(2) as [
+  string,
+  string,
+  string,
+  string,
+  string | undefined,
+];
 const jobs = Number(jobsArg);
+const batch = Number(batchArg ?? 1);
 const CONNECTIONS = 10;
 // One more connection than claimers: the materialising INSERT's.
 const pool = new pg.Pool({ connectionString: url, max: CONNECTIONS + 1, application_name: name });
@@ -30,20 +39,30 @@ async function claimLoop(client: pg.PoolClient): Promise<void> {
     const { rows } = await client.query<{ job: number; tick: Date }>(
       `SELECT job, tick FROM ${table}
         WHERE status = 'PENDING' AND tick <= now()
-        ORDER BY tick LIMIT 1 FOR UPDATE SKIP LOCKED`,
+        ORDER BY tick LIMIT $1 FOR UPDATE SKIP LOCKED`,
+      [batch],
     );
-    const row = rows[0];
-    if (row === undefined) {
+    if (rows.length === 0) {
       await client.query('COMMIT');
       return;
     }
-    await client.query('SELECT pg_try_advisory_xact_lock($1::int4, $2::int4)', [4242, row.job]);
-    starts.push(Date.now() - row.tick.getTime());
-    ran.push(row.job, row.tick.getTime() / 1000);
-    await client.query(`UPDATE ${table} SET status = 'SUCCEEDED' WHERE job = $1 AND tick = $2`, [
-      row.job,
-      row.tick,
-    ]);
+    const jobsOf = rows.map((r) => r.job);
+    await client.query(
+      'SELECT pg_try_advisory_xact_lock(4242, j) FROM unnest($1::int4[]) AS j ORDER BY j',
+      [jobsOf],
+    );
+    for (const row of rows) {
+      await client.query('SAVEPOINT run');
+      starts.push(Date.now() - row.tick.getTime());
+      ran.push(row.job, row.tick.getTime() / 1000);
+      await client.query('RELEASE SAVEPOINT run');
+    }
+    await client.query(
+      `UPDATE ${table} AS r SET status = 'SUCCEEDED'
+         FROM unnest($1::int4[], $2::timestamptz[]) AS d(job, tick)
+        WHERE r.job = d.job AND r.tick = d.tick`,
+      [jobsOf, rows.map((r) => r.tick)],
+    );
     await client.query('COMMIT');
   }
 }
@@ -86,7 +105,8 @@ process.once('SIGTERM', () => {
   for (const w of wake) w();
   void Promise.all(workers).then(async () => {
     await pool.end();
-    process.stdout.write(`${JSON.stringify({ starts, ran, readyAt, stoppedAt })}\n`);
-    process.exit(0);
+    process.stdout.write(`${JSON.stringify({ starts, ran, readyAt, stoppedAt })}\n`, () =>
+      process.exit(0),
+    );
   });
 });

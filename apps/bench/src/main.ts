@@ -39,7 +39,13 @@ import { startPgBossPeer } from './pg-boss.js';
 import { isLocalUrl, type Pinning, pinApart } from './pinning.js';
 import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
-import { measureCeiling, measureClaimModel, measureScale, type ScaleReport } from './scale.js';
+import {
+  type ClaimModelReport,
+  measureCeiling,
+  measureClaimModel,
+  measureScale,
+  type ScaleReport,
+} from './scale.js';
 
 // node-redlock 4 ships no types: the part of it the bench uses.
 const Redlock = createRequire(import.meta.url)('redlock') as new (
@@ -635,17 +641,23 @@ async function scaleMatrix(url: string): Promise<void> {
   console.log(
     `\nCeiling: ${ceiling.commitsPerSecond} transactions/s (BEGIN, advisory xact lock, one row inserted, COMMIT) from ${ceiling.processes} processes × 10 connections, ${ceiling.seconds} s`,
   );
-  // The candidate design's database work alone (see claim-model-worker.ts), at the largest size.
-  const model = await measureClaimModel(
-    url,
-    fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
-    Math.max(...processCounts),
-    Math.max(...jobCounts),
-    Math.min(seconds, 30),
-  );
-  console.log(
-    `Claim model: ${model.processes} processes × ${model.jobs} per-second jobs, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
-  );
+  // The candidate design's database work alone (see claim-model-worker.ts), at the largest size,
+  // for each batch size (rows claimed and run per transaction, LOCKKIT_BENCH_CLAIM_BATCH).
+  const models: ClaimModelReport[] = [];
+  for (const batch of countsFrom('LOCKKIT_BENCH_CLAIM_BATCH', [1, 25])) {
+    const model = await measureClaimModel(
+      url,
+      fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
+      Math.max(...processCounts),
+      Math.max(...jobCounts),
+      Math.min(seconds, 30),
+      batch,
+    );
+    models.push(model);
+    console.log(
+      `Claim model: ${model.processes} processes × ${model.jobs} per-second jobs, ${model.batch} per transaction, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
+    );
+  }
   const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
   const rows: ScaleReport[] = [];
   for (const jobs of jobCounts)
@@ -668,7 +680,7 @@ async function scaleMatrix(url: string): Promise<void> {
       `| ${r.processes} × ${r.jobsPerProcess} | ${t.decisions} | ${t.transactions} | ${t.statements} | ${t.roundTrips} | ${r.p50Ms} / ${r.p99Ms} | ${r.handlerStartP50Ms} / ${r.handlerStartP99Ms} | ${Math.round(r.runs / r.seconds)} | ${r.duplicates} | ${r.notRun} of ${r.window.ticks} |`,
     );
   }
-  if (flags.json) console.log(JSON.stringify({ ceiling, model, scale: rows }));
+  if (flags.json) console.log(JSON.stringify({ ceiling, models, scale: rows }));
 }
 
 /**

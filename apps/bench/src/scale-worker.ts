@@ -60,7 +60,7 @@ process.once('SIGTERM', () => {
         readyAt,
         stoppedAt,
       })}\n`,
+      () => process.exit(0),
     );
-    process.exit(0);
   });
 });

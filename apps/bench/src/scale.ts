@@ -78,7 +78,8 @@ async function spawnWorkers(
     });
     return () => text;
   });
-  const exited = children.map((child) => new Promise((r) => child.once('exit', r)));
+  // 'close', not 'exit': the report may still be in the pipe when the process has exited.
+  const exited = children.map((child) => new Promise((r) => child.once('close', r)));
   const readyBy = Date.now() + 120_000;
   while (!outputs.every((o) => o().includes('"ready"'))) {
     if (Date.now() > readyBy) {
@@ -138,6 +139,27 @@ function tally(reports: readonly WorkerReport[], jobs: number) {
   };
 }
 
+/**
+ * Runs `measure` against a scratch schema named `<prefix>_<random>`, made by `create` on a small
+ * pool of its own, and drops the schema afterwards, whatever happened (the pool is closed too).
+ */
+async function withScratchSchema<T>(
+  url: string,
+  prefix: string,
+  create: (setup: pg.Pool, schema: string) => Promise<unknown>,
+  measure: (setup: pg.Pool, schema: string) => Promise<T>,
+): Promise<T> {
+  const schema = `${prefix}_${randomBytes(4).toString('hex')}`;
+  const setup = new pg.Pool({ connectionString: url, max: 2 });
+  try {
+    await create(setup, schema);
+    return await measure(setup, schema);
+  } finally {
+    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await setup.end();
+  }
+}
+
 /** Runs `processes` workers of `jobs` per-second jobs each for `seconds` against `url`. */
 export async function measureScale(
   url: string,
@@ -146,79 +168,78 @@ export async function measureScale(
   jobs: number,
   seconds: number,
 ): Promise<ScaleReport> {
-  const schema = `lockkit_scale_${randomBytes(4).toString('hex')}`;
-  const setup = new pg.Pool({ connectionString: url, max: 2 });
-  await createLockKit(setup, { schema }).migrate();
-  try {
-    const workers = await spawnWorkers(processes, (i) => [
-      workerScript,
-      url,
-      schema,
-      String(jobs),
-      `p${i}`,
-    ]);
-    let peak = 0;
-    let peakGranted = 0;
-    const until = Date.now() + seconds * 1000;
-    while (Date.now() < until) {
-      const { rows } = await setup.query<{ all: number; granted: number }>(
-        `SELECT count(*)::int AS all, count(*) FILTER (WHERE granted)::int AS granted
+  return withScratchSchema(
+    url,
+    'lockkit_scale',
+    (setup, schema) => createLockKit(setup, { schema }).migrate(),
+    async (setup, schema) => {
+      const workers = await spawnWorkers(processes, (i) => [
+        workerScript,
+        url,
+        schema,
+        String(jobs),
+        `p${i}`,
+      ]);
+      let peak = 0;
+      let peakGranted = 0;
+      const until = Date.now() + seconds * 1000;
+      while (Date.now() < until) {
+        const { rows } = await setup.query<{ all: number; granted: number }>(
+          `SELECT count(*)::int AS all, count(*) FILTER (WHERE granted)::int AS granted
            FROM pg_locks WHERE locktype = 'advisory'`,
-      );
-      peak = Math.max(peak, rows[0]?.all ?? 0);
-      peakGranted = Math.max(peakGranted, rows[0]?.granted ?? 0);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    const reports = await workers.stop();
-    const latencies: number[] = [];
-    const outcomes: Record<string, number> = {};
-    const wire = { roundTrips: 0, statements: 0, transactions: 0 };
-    const trace = new Map<string, number>();
-    for (const r of reports) {
-      latencies.push(...(r.latencies ?? []));
-      for (const [k, n] of Object.entries(r.outcomes ?? {})) outcomes[k] = (outcomes[k] ?? 0) + n;
-      wire.roundTrips += r.wire?.roundTrips ?? 0;
-      wire.statements += r.wire?.statements ?? 0;
-      wire.transactions += r.wire?.transactions ?? 0;
-      for (const [text, n] of Object.entries(r.trace ?? {}))
-        trace.set(text, (trace.get(text) ?? 0) + n);
-    }
-    const { starts, runs, duplicates, notRun, window, windowSeconds } = tally(reports, jobs);
-    const perTick = (n: number) => Math.round((n / windowSeconds) * 10) / 10;
-    return {
-      processes,
-      jobsPerProcess: jobs,
-      seconds,
-      decisions: latencies.length,
-      outcomes,
-      p50Ms: Math.round(percentile(latencies, 50)),
-      p99Ms: Math.round(percentile(latencies, 99)),
-      perTick: {
-        decisions: perTick(latencies.length),
-        roundTrips: perTick(wire.roundTrips),
-        statements: perTick(wire.statements),
-        transactions: perTick(wire.transactions),
-      },
-      handlerStartP50Ms: Math.round(percentile(starts, 50)),
-      handlerStartP99Ms: Math.round(percentile(starts, 99)),
-      runs,
-      duplicates,
-      notRun,
-      window,
-      peakAdvisoryLocks: peak,
-      peakGrantedAdvisoryLocks: peakGranted,
-      ...(trace.size > 0
-        ? {
-            tracePerTick: Object.fromEntries(
-              [...trace].sort((a, b) => b[1] - a[1]).map(([text, n]) => [text, perTick(n)]),
-            ),
-          }
-        : {}),
-    };
-  } finally {
-    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await setup.end();
-  }
+        );
+        peak = Math.max(peak, rows[0]?.all ?? 0);
+        peakGranted = Math.max(peakGranted, rows[0]?.granted ?? 0);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const reports = await workers.stop();
+      const latencies: number[] = [];
+      const outcomes: Record<string, number> = {};
+      const wire = { roundTrips: 0, statements: 0, transactions: 0 };
+      const trace = new Map<string, number>();
+      for (const r of reports) {
+        latencies.push(...(r.latencies ?? []));
+        for (const [k, n] of Object.entries(r.outcomes ?? {})) outcomes[k] = (outcomes[k] ?? 0) + n;
+        wire.roundTrips += r.wire?.roundTrips ?? 0;
+        wire.statements += r.wire?.statements ?? 0;
+        wire.transactions += r.wire?.transactions ?? 0;
+        for (const [text, n] of Object.entries(r.trace ?? {}))
+          trace.set(text, (trace.get(text) ?? 0) + n);
+      }
+      const { starts, runs, duplicates, notRun, window, windowSeconds } = tally(reports, jobs);
+      const perTick = (n: number) => Math.round((n / windowSeconds) * 10) / 10;
+      return {
+        processes,
+        jobsPerProcess: jobs,
+        seconds,
+        decisions: latencies.length,
+        outcomes,
+        p50Ms: Math.round(percentile(latencies, 50)),
+        p99Ms: Math.round(percentile(latencies, 99)),
+        perTick: {
+          decisions: perTick(latencies.length),
+          roundTrips: perTick(wire.roundTrips),
+          statements: perTick(wire.statements),
+          transactions: perTick(wire.transactions),
+        },
+        handlerStartP50Ms: Math.round(percentile(starts, 50)),
+        handlerStartP99Ms: Math.round(percentile(starts, 99)),
+        runs,
+        duplicates,
+        notRun,
+        window,
+        peakAdvisoryLocks: peak,
+        peakGrantedAdvisoryLocks: peakGranted,
+        ...(trace.size > 0
+          ? {
+              tracePerTick: Object.fromEntries(
+                [...trace].sort((a, b) => b[1] - a[1]).map(([text, n]) => [text, perTick(n)]),
+              ),
+            }
+          : {}),
+      };
+    },
+  );
 }
 
 /** What the ceiling run measured. */
@@ -238,29 +259,30 @@ export async function measureCeiling(
   processes: number,
   seconds: number,
 ): Promise<CeilingReport> {
-  const schema = `lockkit_ceiling_${randomBytes(4).toString('hex')}`;
-  const setup = new pg.Pool({ connectionString: url, max: 1 });
-  await setup.query(`CREATE SCHEMA "${schema}"`);
-  await setup.query(`CREATE TABLE "${schema}".runs (owner text NOT NULL, n int8 NOT NULL)`);
-  try {
-    const workers = await spawnWorkers(processes, (i) => [
-      workerScript,
-      url,
-      `"${schema}".runs`,
-      `ceiling-${i}`,
-    ]);
-    await new Promise((r) => setTimeout(r, seconds * 1000));
-    const reports = await workers.stop();
-    let rate = 0;
-    for (const r of reports) {
-      const ms = (r.stoppedAt ?? 0) - (r.readyAt ?? 0);
-      if (ms > 0) rate += ((r.commits ?? 0) * 1000) / ms;
-    }
-    return { processes, seconds, commitsPerSecond: Math.round(rate) };
-  } finally {
-    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await setup.end();
-  }
+  return withScratchSchema(
+    url,
+    'lockkit_ceiling',
+    async (setup, schema) => {
+      await setup.query(`CREATE SCHEMA "${schema}"`);
+      await setup.query(`CREATE TABLE "${schema}".runs (owner text NOT NULL, n int8 NOT NULL)`);
+    },
+    async (_setup, schema) => {
+      const workers = await spawnWorkers(processes, (i) => [
+        workerScript,
+        url,
+        `"${schema}".runs`,
+        `ceiling-${i}`,
+      ]);
+      await new Promise((r) => setTimeout(r, seconds * 1000));
+      const reports = await workers.stop();
+      let rate = 0;
+      for (const r of reports) {
+        const ms = (r.stoppedAt ?? 0) - (r.readyAt ?? 0);
+        if (ms > 0) rate += ((r.commits ?? 0) * 1000) / ms;
+      }
+      return { processes, seconds, commitsPerSecond: Math.round(rate) };
+    },
+  );
 }
 
 /** What the claim model measured (see claim-model-worker.ts). */
@@ -268,6 +290,8 @@ export interface ClaimModelReport {
   readonly processes: number;
   readonly jobs: number;
   readonly seconds: number;
+  /** Rows claimed and run per transaction. */
+  readonly batch: number;
   /** Handler runs of the window's ticks, per second of ticks. */
   readonly runsPerSecond: number;
   readonly handlerStartP50Ms: number;
@@ -287,40 +311,44 @@ export async function measureClaimModel(
   processes: number,
   jobs: number,
   seconds: number,
+  batch = 1,
 ): Promise<ClaimModelReport> {
-  const schema = `lockkit_claims_${randomBytes(4).toString('hex')}`;
-  const setup = new pg.Pool({ connectionString: url, max: 1 });
-  await setup.query(`CREATE SCHEMA "${schema}"`);
-  await setup.query(
-    `CREATE TABLE "${schema}".runs (job int4 NOT NULL, tick timestamptz NOT NULL,
-       status text NOT NULL, PRIMARY KEY (job, tick))`,
+  return withScratchSchema(
+    url,
+    'lockkit_claims',
+    async (setup, schema) => {
+      await setup.query(`CREATE SCHEMA "${schema}"`);
+      await setup.query(
+        `CREATE TABLE "${schema}".runs (job int4 NOT NULL, tick timestamptz NOT NULL,
+           status text NOT NULL, PRIMARY KEY (job, tick))`,
+      );
+      await setup.query(`CREATE INDEX ON "${schema}".runs (tick) WHERE status = 'PENDING'`);
+    },
+    async (_setup, schema) => {
+      const workers = await spawnWorkers(processes, (i) => [
+        workerScript,
+        url,
+        `"${schema}".runs`,
+        String(jobs),
+        `claims-${i}`,
+        String(batch),
+      ]);
+      await new Promise((r) => setTimeout(r, seconds * 1000));
+      const reports = await workers.stop();
+      const t = tally(reports, jobs);
+      return {
+        processes,
+        jobs,
+        seconds,
+        batch,
+        runsPerSecond:
+          t.window.ticks === 0 ? 0 : Math.round((t.runsInWindow * jobs) / t.window.ticks),
+        handlerStartP50Ms: Math.round(percentile(t.starts, 50)),
+        handlerStartP99Ms: Math.round(percentile(t.starts, 99)),
+        duplicates: t.duplicates,
+        notRun: t.notRun,
+        windowTicks: t.window.ticks,
+      };
+    },
   );
-  await setup.query(`CREATE INDEX ON "${schema}".runs (tick) WHERE status = 'PENDING'`);
-  try {
-    const workers = await spawnWorkers(processes, (i) => [
-      workerScript,
-      url,
-      `"${schema}".runs`,
-      String(jobs),
-      `claims-${i}`,
-    ]);
-    await new Promise((r) => setTimeout(r, seconds * 1000));
-    const reports = await workers.stop();
-    const t = tally(reports, jobs);
-    return {
-      processes,
-      jobs,
-      seconds,
-      runsPerSecond:
-        t.window.ticks === 0 ? 0 : Math.round((t.runsInWindow * jobs) / t.window.ticks),
-      handlerStartP50Ms: Math.round(percentile(t.starts, 50)),
-      handlerStartP99Ms: Math.round(percentile(t.starts, 99)),
-      duplicates: t.duplicates,
-      notRun: t.notRun,
-      windowTicks: t.window.ticks,
-    };
-  } finally {
-    await setup.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await setup.end();
-  }
 }
