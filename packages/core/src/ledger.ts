@@ -84,6 +84,13 @@ export type TickState =
   | { readonly kind: 'running' }
   /** RUNNING in lease mode under a lease that is no longer live: its runner is gone. */
   | { readonly kind: 'runner-gone' }
+  /**
+   * RUNNING with no lease token, seen committed by another transaction: a transaction-mode claim
+   * commits only together with its finish, so this one was committed by its own handler (a COMMIT
+   * of its own, `LOCK_NOT_HELD`), and the record of that failure never came. Its work may be
+   * committed: to record FAILED, never to run again.
+   */
+  | { readonly kind: 'self-committed' }
   /** SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. */
   | { readonly kind: 'settled'; readonly status: string };
 
@@ -189,8 +196,10 @@ export class Ledger {
       return row.due === true
         ? { kind: 'due', catchUp: row.error === HELD_FOR_CATCH_UP && Number(row.attempt) === 0 }
         : { kind: 'waiting' };
-    if (status === 'RUNNING')
-      return row.runner_gone === true ? { kind: 'runner-gone' } : { kind: 'running' };
+    if (status === 'RUNNING') {
+      if (row.runner_gone === true) return { kind: 'runner-gone' };
+      return row.token === null ? { kind: 'self-committed' } : { kind: 'running' };
+    }
     return { kind: 'settled', status };
   }
 

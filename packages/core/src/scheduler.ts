@@ -1165,6 +1165,38 @@ export class Scheduler<Tx> {
   }
 
   /**
+   * Records FAILED a tick whose transaction-mode handler committed the tick's transaction itself
+   * and whose failure record was never written (see the `self-committed` tick state): the same
+   * record its own node writes, under the job's lock. Not run again: its work may be committed.
+   */
+  private async recordSelfCommitted(query: QueryFn, job: Job<Tx>, tick: Date): Promise<void> {
+    const record: RunRecord = {
+      kind: 'failed',
+      error: describeError(taskEndedTransaction(`job "${job.name}"`)),
+    };
+    await this.ledger.finish(query, job, tick, null, record);
+  }
+
+  /**
+   * Writes a self-committed tick's FAILED record (see {@link recordSelfCommitted}) that could not
+   * be written at once: again after `delayMs` on the scheduler's clock, then after twice that, up
+   * to a minute apart, until it is written or the scheduler stops. Outside the job's lock, and
+   * safe so: the row only goes from RUNNING to FAILED (nobody runs a self-committed tick again).
+   */
+  private recordLater(job: Job<Tx>, tick: Date, record: RunRecord, delayMs: number): void {
+    if (this.stopping.signal.aborted) return;
+    const timer = this.clock.setTimer(delayMs, () => {
+      this.retryTimers.delete(timer);
+      this.track(
+        this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() =>
+          this.recordLater(job, tick, record, Math.min(delayMs * 2, 60_000)),
+        ),
+      );
+    });
+    this.retryTimers.add(timer);
+  }
+
+  /**
    * After the wait for the job's lock timed out: who holds it? A run of this very tick (its tick
    * lock is taken: `again`, wait for its outcome), or a transaction that holds the job's lock
    * together with another tick's lock — a run (or, in lease mode, a claim) of another tick: an
@@ -1291,6 +1323,10 @@ export class Scheduler<Tx> {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
             const state = await this.ledger.state(ctx.query, job, tick, now);
+            if (state.kind === 'self-committed') {
+              await this.recordSelfCommitted(ctx.query, job, tick);
+              return { kind: 'done' as const, catchUp: [] };
+            }
             if (state.kind !== 'free' && state.kind !== 'due')
               return { kind: 'done' as const, catchUp: [] };
             // Before catch-up: the ticks catch-up holds for itself are not a queue to wait behind.
@@ -1324,7 +1360,13 @@ export class Scheduler<Tx> {
             } catch (error) {
               // Lost connection or stop(): let the whole transaction roll back.
               if (ctx.signal.aborted || this.stopping.signal.aborted) throw error;
-              await ctx.query(ROLLBACK_TO_SAVEPOINT);
+              await ctx.query(ROLLBACK_TO_SAVEPOINT).catch((rollback: unknown) => {
+                // The handler ended the tick's transaction itself before it threw (its own
+                // COMMIT or ROLLBACK): the savepoint went with it. The same misuse as below.
+                if (['25P01', '3B001'].includes(sqlState(rollback) ?? ''))
+                  throw taskEndedTransaction(`job "${job.name}"`);
+                throw rollback;
+              });
               await ctx.query(RECORD_SETTINGS);
               const record = this.failure(job, attempt, describeError(error));
               await this.ledger.finish(ctx.query, job, tick, null, record);
@@ -1389,7 +1431,12 @@ export class Scheduler<Tx> {
           // Recorded FAILED with the error, never retried (its work may be committed); no row
           // (rolled back) stays none, for catch-up. The error event says LOCK_NOT_HELD.
           const record: RunRecord = { kind: 'failed', error: describeError(error) };
-          await this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() => {});
+          await this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() => {
+            // Not written (the database away for a moment): the row would say RUNNING with no
+            // runner for good. Written again later; meanwhile any node deciding this tick finds
+            // it so and records it (see recordSelfCommitted) — never runs it again.
+            this.recordLater(job, tick, record, Math.max(job.settings.retryDelayMs, 100));
+          });
           throw error;
         }
         if (claimed && this.stopping.signal.aborted) {
@@ -1457,6 +1504,10 @@ export class Scheduler<Tx> {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
             const state = await this.ledger.state(ctx.query, job, tick, now);
+            if (state.kind === 'self-committed') {
+              await this.recordSelfCommitted(ctx.query, job, tick);
+              return { kind: 'done' as const };
+            }
             if (state.kind !== 'free' && state.kind !== 'due' && state.kind !== 'runner-gone')
               return { kind: 'done' as const };
             const judge = () =>

@@ -178,7 +178,9 @@ export type RunRecord =
 /**
  * Ends a claimed tick: SUCCEEDED, FAILED with its error, or PENDING until `retryAt` for another
  * attempt. In lease mode only under the run's own fencing token (`token`), so a stale holder
- * cannot rewrite it. One row when recorded.
+ * cannot rewrite it; in transaction mode (`token` null) only a row with no token, so a late
+ * record of a transaction-mode run can never rewrite a lease-mode run of the same tick. One row
+ * when recorded.
  */
 export function finishTickStatement(
   { schema, namespace }: LedgerScope,
@@ -194,7 +196,7 @@ export function finishTickStatement(
               SET status = $4, finished_at = CASE WHEN $4 = 'PENDING' THEN NULL ELSE now() END,
                   error = $5, retry_at = $6, owner = CASE WHEN $4 = 'PENDING' THEN NULL ELSE owner END
             WHERE namespace = $1 AND job = $2 AND tick = $3 AND status = 'RUNNING'
-              AND ($7::int8 IS NULL OR token = $7::int8)
+              AND token IS NOT DISTINCT FROM $7::int8
            RETURNING tick`,
     params: [
       namespace,
