@@ -93,6 +93,14 @@ export interface StaleFatalShield {
    * adopted `connection` closes, with the error postgres.js closed it with; returns the undo.
    */
   onClose(connection: unknown, lost: (error: unknown) => void): () => void;
+  /**
+   * What the shield knows of `connection` for the listener `lost` registered with
+   * {@link StaleFatalShield.onClose}, synchronously: `'open'` (adopted — a close would be reported —
+   * and none has been), `'closed'` (a close was reported, or is about to be, to `lost`), or
+   * `'unknown'` (not adopted: postgres.js's internals were not as expected, and nothing reports
+   * its close).
+   */
+  closeState(connection: unknown, lost: (error: unknown) => void): 'open' | 'closed' | 'unknown';
 }
 
 const isQueue = (value: unknown): value is PostgresQueueLike =>
@@ -132,6 +140,8 @@ class Shield implements StaleFatalShield {
   /** The connection the pool last drew from its closed queue (it connects it at once). */
   private drawn: unknown;
   private readonly listeners = new Map<unknown, Set<(error: unknown) => void>>();
+  /** Listeners a close has been reported to (marked at once; they are called a microtask later). */
+  private readonly reported = new WeakSet<(error: unknown) => void>();
 
   readonly capture = {
     onexecute: (candidate: unknown): boolean => {
@@ -158,6 +168,13 @@ class Shield implements StaleFatalShield {
     };
   }
 
+  closeState(connection: unknown, lost: (error: unknown) => void): 'open' | 'closed' | 'unknown' {
+    if (this.reported.has(lost)) return 'closed';
+    if (!isConnection(connection) || this.adopted.get(connection.id) !== connection)
+      return 'unknown';
+    return 'open';
+  }
+
   /**
    * Called from the instance's `options.onclose` (with the closed connection's id), before the
    * pool reconnects that slot for a waiting request.
@@ -174,6 +191,7 @@ class Shield implements StaleFatalShield {
         code: 'CONNECTION_CLOSED',
       });
       const now = [...listeners];
+      for (const lost of now) this.reported.add(lost);
       queueMicrotask(() => {
         for (const lost of now) lost(error);
       });

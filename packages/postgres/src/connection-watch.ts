@@ -13,6 +13,13 @@
  * answer counts as a failed one. A failing check means the server is unreachable, or may be: no
  * watched connection is trusted (a partitioned one would keep its lock while another node took it
  * over once the server dropped its backend).
+ *
+ * A lease leaves the watch once core's postgres.js shield adopts its connection (its first
+ * statement): the shield then reports that connection's own close to it, synchronously marked, so
+ * it neither waits for a check about other connections nor is ended by one that fails. Waiting
+ * deadlocked on a full pool — the check's question queued for a connection behind leases that
+ * waited for the check — and the failed check then ended every live lease. The watch remains for
+ * a lease whose connection the shield could not adopt (postgres.js internals not as expected).
  */
 import { BackendWatch, type WatchedBackend } from '@lockkit/core/adapter';
 

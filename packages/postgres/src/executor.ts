@@ -19,7 +19,6 @@ import {
 } from '@lockkit/core';
 import {
   BACKEND_PID,
-  type BackendWatch,
   ConnectionFate,
   END_OWN_BACKEND,
   FateTransactionContext,
@@ -129,8 +128,11 @@ interface Lease<R> {
   /** The user's handle: refuses to send on a dead connection (postgres.js would crash). */
   readonly handle: R;
   readonly stop: () => void;
-  /** The instance's watch: lease queries wait while it checks. */
-  readonly watch: BackendWatch;
+  /**
+   * What a statement on the lease waits for before it is sent: a running dead-backend check
+   * that concerns it, unless the lease learns of its own connection's close directly.
+   */
+  readonly beforeSend: () => Promise<void> | undefined;
   /** The protocol cancel of the running statement (pools of one only). */
   readonly interrupt: (() => Promise<void>) | undefined;
   /** True once the connection must not go back to the pool (not known clean). */
@@ -212,7 +214,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       }
     };
     const query: QueryFn = async (text, params) => {
-      await watch.settled(watched);
+      await beforeSend();
       if (fate.aborted) throw gone();
       if ((params === undefined || params.length === 0) && maySeveral(text)) failed();
       const running = reserved.unsafe(text, params === undefined ? [] : [...params]);
@@ -237,6 +239,28 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     let discarded = false;
     let unwatchClose: (() => void) | undefined;
     let closeSeen = false;
+    // The connection postgres.js runs this lease's statements on, once its first one ran.
+    let connection: unknown;
+    const lost = (error: unknown) => {
+      closeSeen = true;
+      fate.abort(error);
+    };
+    // What a statement waits for before it is sent. Nothing once the shield reports this very
+    // connection's close (it is adopted and has not closed): the dead-backend check asks about
+    // other connections, and waiting for it here deadlocks when every connection of the pool is
+    // leased — the check's question queues behind them for a connection, they wait for the
+    // check, and after its timeout every lease of the pool was declared dead, live ones holding
+    // their locks included (seen in `pnpm chaos`: a worker lost every run for good, each close
+    // starting the next check). A close the shield has seen ends the lease at once.
+    const beforeSend = (): Promise<void> | undefined => {
+      const state = connection === undefined ? 'unknown' : shield.closeState(connection, lost);
+      if (state === 'open') return undefined;
+      if (state === 'closed') {
+        lost(Object.assign(new Error('Connection closed'), { code: 'CONNECTION_CLOSED' }));
+        return undefined;
+      }
+      return watch.settled(watched);
+    };
     const interrupt =
       sql.options.max === 1
         ? async () => {
@@ -277,7 +301,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
             reject.call(self, error);
           };
         }
-        const checking = watch.settled(watched);
+        const checking = beforeSend();
         if (checking === undefined && !fate.aborted) return send(self);
         void Promise.resolve(checking).then(() => {
           if (fate.aborted) self.reject?.(gone());
@@ -320,7 +344,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       query,
       handle,
       stop,
-      watch,
+      beforeSend,
       interrupt,
       discarded: () => discarded,
       discard: () => {
@@ -331,10 +355,11 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         onexecute: (candidate) => {
           const adopted = shield.capture.onexecute(candidate);
           if (unwatchClose === undefined) {
-            unwatchClose = shield.onClose(candidate, (error) => {
-              closeSeen = true;
-              fate.abort(error);
-            });
+            connection = candidate;
+            unwatchClose = shield.onClose(candidate, lost);
+            // Its close is reported to it directly from now on: the check need not ask about
+            // it, and a check that fails (its question unanswered) says nothing about it.
+            if (shield.closeState(candidate, lost) === 'open') unwatch();
           }
           return adopted;
         },
@@ -435,7 +460,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       if (l.interrupt) ctx.interrupt = l.interrupt;
       ctx.ended = l.ended;
       const result = await nested.run(() => fn(ctx, openingRows));
-      await l.watch.settled(l.watched);
+      await l.beforeSend();
       if (fate.aborted) throw fate.reason;
       const committed = await l.reserved.unsafe('COMMIT');
       if (committed.command === 'ROLLBACK') {
