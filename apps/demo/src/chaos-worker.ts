@@ -10,6 +10,7 @@
  * inside every run that the server it writes to is not a standby in recovery.
  */
 import { randomUUID } from 'node:crypto';
+import { inspect } from 'node:util';
 import {
   createScheduler,
   isLockkitError,
@@ -184,5 +185,13 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   say({ type: 'fatal', error: String(error) });
+  process.exit(1);
+});
+// A rejection nobody handled would end the process with only the error's stack, which for a
+// driver's socket error names no query: say which promise it was (a postgres.js query has its text).
+process.on('unhandledRejection', (error: unknown, promise: Promise<unknown>) => {
+  const p = promise as Promise<unknown> & { strings?: unknown };
+  const what = `${p.constructor?.name ?? 'Promise'}${p.strings === undefined ? '' : ` ${JSON.stringify(p.strings)}`}`;
+  say({ type: 'fatal', error: `unhandled rejection of ${what}: ${inspect(error, { depth: 4 })}` });
   process.exit(1);
 });

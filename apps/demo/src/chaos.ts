@@ -5,12 +5,13 @@
  * server, and skews clocks. Then the run is judged from the database and from what an outside
  * observer saw; the last line of `--json` is the verdict.
  *
- *   pnpm chaos [--ticks 600] [--jobs 10] [--workers 4] [--seed N] [--adapter pg] [--json]
+ *   pnpm chaos [--ticks 600] [--jobs 10] [--workers 4] [--seed N] [--adapter pg] [--json] [--dump FILE]
  *
  * `pnpm chaos --failover` runs the failover mode instead (failover.ts).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { LockKey, SCHEDULER_NAMESPACE } from '@lockkit/core';
@@ -38,6 +39,8 @@ const USAGE = `Usage: pnpm chaos [options]
   --seed N         the fault schedule's seed (default: random; printed, to replay a run)
   --adapter NAME   ${ADAPTERS.join(' | ')} (default pg)
   --json           print only the verdict, as one JSON object on the last line
+  --dump FILE      write every worker event, every fault applied and the ledger's rows to FILE
+                   (JSON), to find out why a verdict failed
   --failover       a primary/standby failover instead (--failover --help for its options)
 `;
 
@@ -54,6 +57,8 @@ interface Options {
   seed: number;
   adapter: AdapterName;
   json: boolean;
+  /** Where to write the run's events and ledger rows (`--dump`), if anywhere. */
+  dump: string | undefined;
 }
 
 function options(): Options {
@@ -65,6 +70,7 @@ function options(): Options {
       seed: { type: 'string' },
       adapter: { type: 'string', default: 'pg' },
       json: { type: 'boolean', default: false },
+      dump: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -81,6 +87,7 @@ function options(): Options {
     seed: values.seed === undefined ? randomInt(2 ** 31) : int('seed', values.seed, 0, 2 ** 32 - 1),
     adapter,
     json: values.json,
+    dump: values.dump,
   };
 }
 
@@ -539,6 +546,25 @@ async function judge(
     const judged = (m: WorkerMessage) =>
       m.job !== undefined && m.tick !== undefined && m.tick >= from && m.tick <= to;
     const tickErrors = messages.filter((m) => m.type === 'error' && judged(m)).length;
+    // Which workers those attempts failed on: one worker failing every tick while the others
+    // run is a defect of that worker's pool, not the faults'.
+    const tickErrorsByWorker: Record<string, number> = {};
+    for (const m of messages)
+      if (m.type === 'error' && judged(m))
+        tickErrorsByWorker[m.worker] = (tickErrorsByWorker[m.worker] ?? 0) + 1;
+    // Workers that died of an error of their own (no fault kills that way).
+    const workerCrashes = messages
+      .filter((m) => m.type === 'fatal')
+      .map((m) => ({ worker: m.worker, error: (m.error ?? '').slice(0, 2000) }));
+    if (o.dump !== undefined) {
+      const { rows: runs } = await client.query(
+        `SELECT * FROM "${SCHEMA}".runs ORDER BY job, tick`,
+      );
+      writeFileSync(
+        o.dump,
+        JSON.stringify({ started, judged: { from, to }, applied, messages, runs, executions }),
+      );
+    }
     const ranLate = new Set(
       messages
         .filter((m) => m.type === 'ran' && judged(m) && m.at - (m.tick as number) > 2000)
@@ -624,6 +650,8 @@ async function judge(
         },
       },
       tickErrors,
+      tickErrorsByWorker,
+      workerCrashes,
       ranLate,
       leaseClaims: claims.length,
       fencedWrites: writes.length,
@@ -644,6 +672,12 @@ async function judge(
           `  ticks ${due}: executed ${executed}, duplicates ${duplicates}, missed ${missed}, skipped as overlapping ${overlapSkipped}, failed ${failed}`,
           `  faults: ${FAULT_KINDS.map((k) => `${k} ${faults[k]}`).join(', ')}; server down ${verdict.serverDowntimeMs} ms in all`,
           `  attempts that failed for want of the database: ${tickErrors}; ticks run more than 2 s late: ${ranLate}`,
+          `  those attempts by worker: ${
+            Object.entries(tickErrorsByWorker)
+              .map(([w, n]) => `${w} ${n}`)
+              .join(', ') || 'none'
+          }`,
+          ...workerCrashes.map((c) => `  worker ${c.worker} crashed: ${c.error}`),
           `  takeover after a holder was hit: lease median ${verdict.takeoverMs.lease.median} ms, max ${verdict.takeoverMs.lease.max} ms; transaction median ${verdict.takeoverMs.transaction.median} ms, max ${verdict.takeoverMs.transaction.max} ms`,
           `  lease: ${claims.length} claims, ${writes.length} fenced writes, ${staleWritesRefused} stale writes refused, ${staleWritesAccepted} accepted; token order violations ${tokenViolations}`,
           `  observer: ${observed.samples} samples of pg_locks, ${observed.exclusivityViolations} with two holders of one lock`,
