@@ -242,15 +242,15 @@ export class Ledger {
     return finishTickStatement(this.scope, job.name, tick, token, record);
   }
 
-  /** Ends a claimed run. */
+  /** Ends a claimed run: whether its RUNNING row (under `token`) was there to end. */
   async finish(
     query: QueryFn,
     job: LedgerJob,
     tick: Date,
     token: bigint | null,
     record: RunRecord,
-  ): Promise<void> {
-    await rowsOf(query, this.finishStatement(job, tick, token, record));
+  ): Promise<boolean> {
+    return (await rowsOf(query, this.finishStatement(job, tick, token, record))).length > 0;
   }
 
   /** Gives back a tick whose run stop() aborted: due again at once, the attempt not counted. */
@@ -350,25 +350,30 @@ export class Ledger {
   }
 
   /**
-   * The ticks of `cron` at or before `horizon` that have no row, newest first (at most
+   * `holes`: the ticks of `cron` at or before `horizon` that have no row, newest first (at most
    * {@link MAX_CATCH_UP}), found backward from the horizon down to the oldest of the job's
    * latest {@link CATCH_UP_WINDOW} rows written under its current schedule. None when no such
    * row exists: a new job, or a schedule just changed, has nothing settled to catch up from;
-   * ticks of another schedule are neither missed nor run.
+   * ticks of another schedule are neither missed nor run. `selfCommitted`: those of the latest
+   * rows read that a handler's own COMMIT left RUNNING, unrecorded (see `recentTicksStatement`);
+   * they are not holes.
    */
   async findHoles(
     query: QueryFn,
     job: LedgerJob,
     cron: Pick<CronSchedule, 'previousRuns'>,
     horizon: Date,
-  ): Promise<Date[]> {
+  ): Promise<{ readonly holes: Date[]; readonly selfCommitted: Date[] }> {
     const s = recentTicksStatement(this.scope, job.name, horizon, job.hash, CATCH_UP_WINDOW);
     const rows = await rowsOf(query, s);
     const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));
+    const selfCommitted = rows
+      .filter((r) => r.self_committed === true)
+      .map((r) => new Date(r.tick as string));
     const anchors = rows
       .filter((r) => r.current === true)
       .map((r) => new Date(r.tick as string).getTime());
-    if (anchors.length === 0) return [];
+    if (anchors.length === 0) return { holes: [], selfCommitted };
     const anchor = Math.min(...anchors);
     const holes: Date[] = [];
     // croner lists runs strictly before its reference: start just after the horizon.
@@ -389,7 +394,7 @@ export class Ledger {
       if (done || !last || last.getTime() >= reference.getTime()) break;
       reference = last;
     }
-    return holes;
+    return { holes, selfCommitted };
   }
 
   /**

@@ -801,7 +801,8 @@ export class Scheduler<Tx> {
    * Stops firing new ticks, aborts the signal of running tasks, and waits up to `timeoutMs`
    * (default 30 s) for them to end — and no longer in all, its own clean-up query included. A run
    * that ends by throwing on that signal gives its tick back (PENDING in the ledger, the attempt
-   * not counted): the next instance runs it. Pending retries
+   * not counted): the next instance runs it — unless its transaction-mode handler committed the
+   * tick's transaction itself first (`LOCK_NOT_HELD`: recorded FAILED, never run again). Pending retries
    * stay in the ledger for other instances. Resolves with how many runs were still going when the
    * time ran out.
    */
@@ -1022,7 +1023,10 @@ export class Scheduler<Tx> {
       }
       if (drain) await this.drain(job);
     } catch (error) {
-      if (!this.stopping.signal.aborted) this.emit({ type: 'error', job: job.name, tick, error });
+      // A stop's aborts are not reported; a handler that ended the tick's transaction itself is,
+      // stopping or not (its work may be committed, the tick recorded FAILED).
+      if (!this.stopping.signal.aborted || error instanceof LockNotHeldError)
+        this.emit({ type: 'error', job: job.name, tick, error });
     }
   }
 
@@ -1168,13 +1172,33 @@ export class Scheduler<Tx> {
    * Records FAILED a tick whose transaction-mode handler committed the tick's transaction itself
    * and whose failure record was never written (see the `self-committed` tick state): the same
    * record its own node writes, under the job's lock. Not run again: its work may be committed.
+   * Whether there was such a row to record (a tick whose transaction rolled back has none).
    */
-  private async recordSelfCommitted(query: QueryFn, job: Job<Tx>, tick: Date): Promise<void> {
+  private async recordSelfCommitted(query: QueryFn, job: Job<Tx>, tick: Date): Promise<boolean> {
     const record: RunRecord = {
       kind: 'failed',
       error: describeError(taskEndedTransaction(`job "${job.name}"`)),
     };
-    await this.ledger.finish(query, job, tick, null, record);
+    return this.ledger.finish(query, job, tick, null, record);
+  }
+
+  /**
+   * Records FAILED the ticks catch-up found left RUNNING by a handler's own COMMIT (see
+   * {@link Ledger.findHoles}), each in a transaction of its own after the tick's: written inside
+   * it, the update held the other node's row for the whole of this node's run, and that node's
+   * own FAILED write of the same tick waited as long. Outside the job's lock, and safe so (see
+   * {@link recordLater}); one that cannot be written now is written later.
+   */
+  private async repairSelfCommitted(job: Job<Tx>, ticks: readonly Date[]): Promise<void> {
+    for (const tick of ticks) {
+      await this.query((q) => this.recordSelfCommitted(q, job, tick)).catch(() => {
+        const record: RunRecord = {
+          kind: 'failed',
+          error: describeError(taskEndedTransaction(`job "${job.name}"`)),
+        };
+        this.recordLater(job, tick, record, Math.max(job.settings.retryDelayMs, 100));
+      });
+    }
   }
 
   /**
@@ -1188,8 +1212,9 @@ export class Scheduler<Tx> {
     const timer = this.clock.setTimer(delayMs, () => {
       this.retryTimers.delete(timer);
       this.track(
-        this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() =>
-          this.recordLater(job, tick, record, Math.min(delayMs * 2, 60_000)),
+        this.query((q) => this.ledger.finish(q, job, tick, null, record)).then(
+          () => {},
+          () => this.recordLater(job, tick, record, Math.min(delayMs * 2, 60_000)),
         ),
       );
     });
@@ -1267,9 +1292,17 @@ export class Scheduler<Tx> {
   /**
    * Inside the job's lock: the ticks of the job's current schedule up to the grace horizon that
    * nobody ran (see {@link Ledger.findHoles}), recorded MISSED per policy (added to `missed`, to
-   * report once the transaction commits); returns those to run, held for them.
+   * report once the transaction commits); returns those to run, held for them. Adds to
+   * `selfCommitted` the recent ticks a handler's own COMMIT left RUNNING with nobody to record
+   * them (for {@link Scheduler.repairSelfCommitted}, after the transaction).
    */
-  private async catchUp(job: Job<Tx>, tick: Date, query: QueryFn, missed: Date[]): Promise<Date[]> {
+  private async catchUp(
+    job: Job<Tx>,
+    tick: Date,
+    query: QueryFn,
+    missed: Date[],
+    selfCommitted: Date[],
+  ): Promise<Date[]> {
     // In lease mode with overlap 'skip', a node that fired a tick (up to jitterMs late) may still
     // be waiting for an earlier run's lease, up to claimTimeoutMs, with no row for it yet: not a
     // hole until then.
@@ -1278,7 +1311,11 @@ export class Scheduler<Tx> {
         ? job.settings.jitterMs + job.settings.claimTimeoutMs
         : 0;
     const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs));
-    const holes = await this.ledger.findHoles(query, job, job.cron, horizon); // newest first
+    const found = await this.ledger.findHoles(query, job, job.cron, horizon);
+    // Ticks a handler committed itself, left RUNNING by a node that could not record them FAILED:
+    // recorded once this tick's transaction is over (see repairSelfCommitted), never run again.
+    selfCommitted.push(...found.selfCommitted);
+    const holes = found.holes; // newest first
     if (holes.length === 0) return [];
     let run: Date[] = [];
     if (job.settings.catchUp === 'latest') {
@@ -1309,6 +1346,7 @@ export class Scheduler<Tx> {
     for (;;) {
       // Ticks catch-up recorded MISSED: reported once (if) the transaction commits.
       const missed: Date[] = [];
+      const selfCommitted: Date[] = [];
       const started = performance.now();
       let claimed = false;
       let outcome:
@@ -1333,7 +1371,7 @@ export class Scheduler<Tx> {
             const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             const catchUp =
               state.kind === 'free' && how === 'timer'
-                ? await this.catchUp(job, tick, ctx.query, missed)
+                ? await this.catchUp(job, tick, ctx.query, missed, selfCommitted)
                 : [];
             if (behind !== undefined) return { kind: 'behind' as const, decision: behind, catchUp };
             const attempt = await this.ledger.claim(ctx.query, job, tick, null, now);
@@ -1379,12 +1417,15 @@ export class Scheduler<Tx> {
               // the savepoint's release fails (25P02, or the driver repeats the handler's own
               // error). Its work cannot commit; recording SUCCEEDED would be untrue and letting the
               // claim roll back would leave the tick to catch-up. It is a failed attempt.
-              if (ctx.signal.aborted || isConnectionLoss(error)) throw error;
               // Or the handler ended the tick's transaction itself (its own COMMIT or ROLLBACK):
               // the savepoint went with it (no transaction: 25P01; a new one it began: 3B001).
-              // Not a rollback: what it wrote before may be committed, the claim with it.
+              // Not a rollback: what it wrote before may be committed, the claim with it. Asked
+              // first: the server's answer says so even when stop() has aborted the run's signal
+              // meanwhile (a deploy's SIGTERM after the handler's COMMIT), and rethrowing the raw
+              // error then left the committed claim RUNNING with no runner.
               if (['25P01', '3B001'].includes(sqlState(error) ?? ''))
                 throw taskEndedTransaction(`job "${job.name}"`);
+              if (ctx.signal.aborted || isConnectionLoss(error)) throw error;
               const rolledBack = new CommitRolledBackError(
                 `job "${job.name}": a statement of the handler failed inside the tick's transaction and the handler returned normally; none of its work can commit, so the attempt is recorded FAILED.`,
                 { cause: error },
@@ -1413,6 +1454,7 @@ export class Scheduler<Tx> {
             statementTimeoutMs: 0,
           },
         );
+        await this.repairSelfCommitted(job, selfCommitted);
         if (!r.executed) return NOTHING;
         outcome = r.result;
         this.reportMissed(job, missed);
@@ -1429,9 +1471,15 @@ export class Scheduler<Tx> {
           // The handler ended the tick's transaction itself: its COMMIT committed its work so far
           // and the claim (a RUNNING row no runner would ever finish), or its ROLLBACK took both.
           // Recorded FAILED with the error, never retried (its work may be committed); no row
-          // (rolled back) stays none, for catch-up. The error event says LOCK_NOT_HELD.
+          // (rolled back) stays none, for catch-up — unless stop() ended the run meanwhile: then
+          // the tick is given back, as any run stop() ends. The error event says LOCK_NOT_HELD.
           const record: RunRecord = { kind: 'failed', error: describeError(error) };
-          await this.query((q) => this.ledger.finish(q, job, tick, null, record)).catch(() => {
+          const now = new Date(this.now());
+          await this.query(async (q) => {
+            const recorded = await this.ledger.finish(q, job, tick, null, record);
+            if (!recorded && this.stopping.signal.aborted)
+              await this.ledger.giveBack(q, job, tick, null, now);
+          }).catch(() => {
             // Not written (the database away for a moment): the row would say RUNNING with no
             // runner for good. Written again later; meanwhile any node deciding this tick finds
             // it so and records it (see recordSelfCommitted) — never runs it again.
@@ -1440,9 +1488,16 @@ export class Scheduler<Tx> {
           throw error;
         }
         if (claimed && this.stopping.signal.aborted) {
-          // The run rolled back: give the tick back so that the next instance runs it.
+          // The run rolled back: give the tick back so that the next instance runs it. Unless
+          // the handler committed the tick's transaction itself before it threw on the stop
+          // signal: its claim is then committed RUNNING (the give-back's insert finds the row),
+          // and is recorded FAILED in the same transaction, as above, never run again.
           const now = new Date(this.now());
-          await this.query((q) => this.ledger.giveBack(q, job, tick, null, now));
+          const selfCommitted = await this.query(async (q) => {
+            await this.ledger.giveBack(q, job, tick, null, now);
+            return this.recordSelfCommitted(q, job, tick);
+          });
+          if (selfCommitted) throw taskEndedTransaction(`job "${job.name}"`);
           return NOTHING;
         }
         throw error;
@@ -1494,6 +1549,7 @@ export class Scheduler<Tx> {
     let pauseMs: number = LEASE_POLL_MS[0];
     for (;;) {
       const missed: Date[] = [];
+      const selfCommitted: Date[] = [];
       const started = performance.now();
       let claim: JobResult<LeaseClaim>;
       try {
@@ -1512,7 +1568,7 @@ export class Scheduler<Tx> {
               return { kind: 'done' as const };
             const judge = () =>
               state.kind === 'free' && how === 'timer'
-                ? this.catchUp(job, tick, ctx.query, missed)
+                ? this.catchUp(job, tick, ctx.query, missed, selfCommitted)
                 : [];
             const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
             if (behind !== undefined)
@@ -1576,6 +1632,7 @@ export class Scheduler<Tx> {
         }
         throw error;
       }
+      await this.repairSelfCommitted(job, selfCommitted);
       if (!claim.executed) return NOTHING;
       this.reportMissed(job, missed);
       const c = claim.result;

@@ -44,6 +44,35 @@ function recordEvents(s: Scheduler<pg.PoolClient>, events: string[]): void {
     });
 }
 
+/**
+ * One node on a fresh schema (with a `work` table), its clock at BASE + 10 ms, its ran, failed,
+ * error and skipped-done events recorded: `fn` registers the job and drives it; the node is
+ * stopped afterwards.
+ */
+async function oneNode(
+  fn: (t: {
+    s: Scheduler<pg.PoolClient>;
+    schema: string;
+    admin: pg.Client;
+    events: string[];
+  }) => Promise<void>,
+): Promise<void> {
+  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
+  await withSchema([pool], async (schema, admin) => {
+    const locks = createLockKit(pool, { schema });
+    await locks.migrate();
+    await admin.query(`CREATE TABLE "${schema}".work (tick timestamptz)`);
+    const s = createScheduler(locks, { namespace: schema, clock: new SimulatedClock(BASE + 10) });
+    const events: string[] = [];
+    recordEvents(s, events);
+    try {
+      await fn({ s, schema, admin, events });
+    } finally {
+      await s.stop();
+    }
+  });
+}
+
 it('a handler that COMMITs the tick transaction itself: error LOCK_NOT_HELD, the tick recorded FAILED, its work kept', async () => {
   const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
   await withSchema([pool], async (schema, admin) => {
@@ -116,6 +145,7 @@ async function selfCommitWithBlip(
     state: () => Promise<{ statuses: string[]; errors: string[]; work: number; calls: number }>;
     refused: () => number;
     events: string[];
+    schema: string;
   }) => Promise<void>,
 ): Promise<void> {
   const { pool, refuseNext, refused } = blippingPool();
@@ -151,7 +181,7 @@ async function selfCommitWithBlip(
       };
     };
     try {
-      await check({ s, clock, state, refused, events });
+      await check({ s, clock, state, refused, events, schema });
     } finally {
       await s.stop();
     }
@@ -210,13 +240,7 @@ it('a handler that COMMITs itself, its FAILED record lost to a longer outage, no
 });
 
 it('a handler that COMMITs itself and then throws: LOCK_NOT_HELD, the tick recorded FAILED (not a raw 25P01, not RUNNING for ever)', async () => {
-  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
-  await withSchema([pool], async (schema, admin) => {
-    const locks = createLockKit(pool, { schema });
-    await locks.migrate();
-    const s = createScheduler(locks, { namespace: schema, clock: new SimulatedClock(BASE + 10) });
-    const events: string[] = [];
-    s.on('error', (e) => events.push(`error:${(e.error as { code?: string }).code ?? ''}`));
+  await oneNode(async ({ s, schema, admin, events }) => {
     s.register('job', '* * * * * *', async (run) => {
       await run.query('COMMIT');
       throw new Error('a later step of the handler failed');
@@ -298,5 +322,170 @@ it("a transaction-mode node's late FAILED record never rewrites a lease-mode run
       await sA.stop();
       await sB.stop();
     }
+  });
+});
+
+// The deploy's SIGTERM lands while the handler runs, after its own COMMIT: the run's signal aborts
+// while its work is committed. The handler returns, or throws on the signal.
+it.each([
+  ['returns', false],
+  ['throws on the stop signal', true],
+] as const)(
+  'a handler that COMMITs itself and %s while stop() is called: LOCK_NOT_HELD, the tick recorded FAILED (not given back, not left RUNNING with no runner)',
+  async (_how, throws) => {
+    await oneNode(async ({ s, schema, admin, events }) => {
+      let stopped: Promise<unknown> | undefined;
+      s.register('job', '* * * * * *', async (run) => {
+        await run.query(`INSERT INTO "${schema}".work VALUES ($1)`, [run.tick]);
+        await run.query('COMMIT');
+        stopped = s.stop();
+        if (throws) run.signal.throwIfAborted();
+      });
+      await s.runTick('job', new Date(BASE));
+      await stopped;
+      const ledger = (await admin.query(`SELECT status, error FROM "${schema}".runs`)).rows;
+      const work = (await admin.query(`SELECT count(*)::int AS n FROM "${schema}".work`)).rows[0].n;
+      expect(work).toBe(1);
+      expect(ledger.map((r) => r.status)).toEqual(['FAILED']);
+      expect(String(ledger[0]?.error)).toContain('LockNotHeldError');
+      expect(events).toEqual(['error:LOCK_NOT_HELD']);
+    });
+  },
+);
+
+/**
+ * Node B, on the same schema and namespace, its clock `laterMs` after BASE: fires the job's tick
+ * at that time, as its timer would (catch-up reads the ticks before it). What its handler ran.
+ */
+async function laterNode(schema: string, laterMs: number): Promise<Date[]> {
+  const pool = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
+  const ran: Date[] = [];
+  const s = createScheduler(createLockKit(pool, { schema }), {
+    namespace: schema,
+    clock: new SimulatedClock(BASE + laterMs + 10),
+  });
+  s.register('job', '* * * * * *', (run) => {
+    ran.push(run.tick);
+  });
+  try {
+    await s.runTick('job', new Date(BASE + laterMs));
+  } finally {
+    await s.stop();
+    await pool.end();
+  }
+  return ran;
+}
+
+/**
+ * What a node SIGKILLed between the handler's COMMIT and its FAILED record leaves too: a committed
+ * RUNNING row with no fencing token and nobody to record it. Catch-up, which reads the job's latest
+ * rows at its next timer tick on any node, records it.
+ */
+it('a handler that COMMITs itself, its FAILED record lost to an outage and its node stopped before writing it again: the next node to fire the job records it', async () => {
+  await selfCommitWithBlip(2, async (t) => {
+    await t.s.runTick('job', new Date(BASE));
+    expect(t.refused()).toBe(1);
+    await t.s.stop();
+    expect((await t.state()).statuses).toEqual(['RUNNING']);
+    const ran = await laterNode(t.schema, 5000);
+    const after = await t.state();
+    expect(after.statuses.sort()).toEqual(['FAILED', 'MISSED', 'MISSED', 'MISSED', 'SUCCEEDED']);
+    expect(after.errors.filter((e) => e.includes('LockNotHeldError'))).toHaveLength(1);
+    expect(after.work).toBe(1);
+    expect(after.calls).toBe(1);
+    expect(ran).toEqual([new Date(BASE + 5000)]);
+  });
+});
+
+it("a node repairing another's self-committed tick does not hold that row through its own run: the first node's FAILED write is not blocked by the second node's long handler", async () => {
+  const poolA = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
+  const poolB = new pg.Pool({ connectionString: testDatabaseUrl(), max: 3 });
+  await withSchema([poolA, poolB], async (schema, admin) => {
+    await createLockKit(poolA, { schema }).migrate();
+    const open = () => {
+      let release!: () => void;
+      const opened = new Promise<void>((r) => {
+        release = r;
+      });
+      return { opened, release };
+    };
+    const aCommitted = open();
+    const aGo = open();
+    const bRunning = open();
+    const bGo = open();
+    // Node A's handler COMMITs the tick's transaction itself and goes on working, past the grace.
+    const a = createScheduler(createLockKit(poolA, { schema }), {
+      namespace: schema,
+      clock: new SimulatedClock(BASE + 10),
+    });
+    const aEvents: string[] = [];
+    recordEvents(a, aEvents);
+    a.register('job', '* * * * * *', async (run) => {
+      await run.query('COMMIT');
+      aCommitted.release();
+      await aGo.opened;
+    });
+    // Node B fires a later tick (its catch-up reads A's committed RUNNING row) and runs long.
+    const b = createScheduler(createLockKit(poolB, { schema }), {
+      namespace: schema,
+      clock: new SimulatedClock(BASE + 5010),
+    });
+    b.register('job', '* * * * * *', async () => {
+      bRunning.release();
+      await bGo.opened;
+    });
+    try {
+      const aWork = a.runTick('job', new Date(BASE));
+      await aCommitted.opened;
+      const bWork = b.runTick('job', new Date(BASE + 5000));
+      await bRunning.opened;
+      aGo.release();
+      // A now records its tick FAILED from its own connection. Either that transaction ends
+      // (A's runTick settles), or A's backend is seen waiting for a row lock (B's transaction
+      // holding the row it repaired): whichever comes first, while B's handler still runs.
+      const waitingOnLock = async (): Promise<'blocked'> => {
+        for (;;) {
+          const { rows } = await admin.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND datname = current_database()
+                AND query ILIKE $1`,
+            [`%"${schema}".runs%`],
+          );
+          if (rows[0].n > 0) return 'blocked';
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      };
+      const first = await Promise.race([aWork.then(() => 'settled' as const), waitingOnLock()]);
+      bGo.release();
+      await Promise.all([aWork, bWork]);
+      expect(first).toBe('settled');
+      const row = (
+        await admin.query(`SELECT status, error FROM "${schema}".runs WHERE tick = $1`, [
+          new Date(BASE),
+        ])
+      ).rows;
+      expect(row.map((r) => r.status)).toEqual(['FAILED']);
+      expect(aEvents).toEqual(['error:LOCK_NOT_HELD']);
+    } finally {
+      aGo.release();
+      bGo.release();
+      await a.stop();
+      await b.stop();
+    }
+  });
+});
+
+it('a handler that ROLLBACKs the tick transaction itself while stop() is called: LOCK_NOT_HELD, and the tick given back for the next instance, as any run stop() ends', async () => {
+  await oneNode(async ({ s, schema, admin, events }) => {
+    let stopped: Promise<unknown> | undefined;
+    s.register('job', '* * * * * *', async (run) => {
+      await run.query('ROLLBACK');
+      stopped = s.stop();
+    });
+    await s.runTick('job', new Date(BASE));
+    await stopped;
+    const ledger = (await admin.query(`SELECT status, attempt FROM "${schema}".runs`)).rows;
+    expect(ledger).toEqual([{ status: 'PENDING', attempt: 0 }]);
+    expect(events).toEqual(['error:LOCK_NOT_HELD']);
   });
 });

@@ -113,8 +113,12 @@ export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement
 
 /**
  * The job's `limit` latest ledger ticks at or before `horizon`, newest first, each with `current`:
- * written under the schedule `hash` (or before hashes were recorded). Catch-up anchors on the
- * oldest current one and looks for holes after it.
+ * written under the schedule `hash` (or before hashes were recorded), and `self_committed`: a
+ * committed RUNNING row with no fencing token, which only a transaction-mode handler that ended
+ * the tick's transaction itself leaves (the claim and its record otherwise commit together), when
+ * its node did not record it FAILED (it died; it stopped while the database was away; or the
+ * handler's COMMIT was followed by a lost connection, reported as such by some drivers). Catch-up
+ * anchors on the oldest current one and looks for holes after it.
  */
 export function recentTicksStatement(
   { schema, namespace }: LedgerScope,
@@ -124,7 +128,8 @@ export function recentTicksStatement(
   limit: number,
 ): Statement {
   return {
-    text: `SELECT tick, (schedule_hash IS NULL OR schedule_hash = $4) AS current
+    text: `SELECT tick, (schedule_hash IS NULL OR schedule_hash = $4) AS current,
+                  (status = 'RUNNING' AND token IS NULL) AS self_committed
              FROM ${schema}.runs WHERE namespace = $1 AND job = $2 AND tick <= $3
             ORDER BY tick DESC LIMIT $5::int4`,
     params: [namespace, job, iso(horizon), hash, limit],
