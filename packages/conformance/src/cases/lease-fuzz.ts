@@ -17,10 +17,10 @@
  *   the same kind of transaction, through the same adapter and path (server or PgBouncer),
  *   updating a row nobody contends for — run back to back, recording every round trip of 20 ms
  *   or more. A third watches for what starves a live holder: the observer samples the test's
- *   connections waiting on a lock (renewals queued behind rivals' claims, as they used to). A
- *   loss is put down to the holder not being live only when a monitor saw such a stall during the
- *   lost lease's last TTL and no lock wait was sampled then while that lease was still valid in
- *   the database (a wait once it has expired there cannot have made it expire: it is a rival's
+ *   connections waiting on a lock (renewals queued behind rivals' claims, as they used to), and
+ *   whose lease row each waits on. A loss is put down to the holder not being live only when a
+ *   monitor saw such a stall during the lost lease's last TTL and no wait on that lease's row (or
+ *   on a row it cannot name) was sampled then while that lease was still valid in the database (a wait once it has expired there cannot have made it expire: it is a rival's
  *   takeover, which the stall allowed); every other loss is lockkit's. The
  *   holder's own path is watched too: every transaction its worker's executor runs (claims,
  *   renewals, fenced writes) is timed from the outside, so a renewal this machine left
@@ -180,29 +180,59 @@ export function leaseFuzzCases<Tx, Session>(
           if (now - expected >= SLOW_MS) stalls.push({ from: expected, to: now });
           expected = now + 5;
         }, 5);
-        // Each sample: when, what waited, and which leases had already expired in the database
-        // at that instant (a wait then cannot have caused that lease's loss).
-        const lockWaits: { at: number; expired: string[]; what: string }[] = [];
+        // Each sample: when, what waited, which leases had already expired in the database at
+        // that instant (a wait then cannot have caused that lease's loss), and whose lease rows
+        // the waiting statements wait on: each holds (or queues for) the row's tuple lock while
+        // it waits, which names the row. A wait on the other job's row says nothing of this
+        // job's loss: judged by any wait, a saturated run put a stalled holder's loss down to
+        // lockkit after sampling waits on lease rows, without saying whose. A waiter no tuple
+        // lock names (a first claim's insert waiting on another's, or a row version gone from
+        // the observer's snapshot) counts for both jobs.
+        const lockWaits: {
+          at: number;
+          expired: string[];
+          rows: string[];
+          unplaced: number;
+          what: string;
+        }[] = [];
+        const leasesTable = `"${schema}".leases`;
         const lockWaitLoop = (async () => {
           while (probing) {
             const [row] = await f.observer.query<{
               waiting: string;
               expired: string[] | null;
+              rows: string[] | null;
+              unplaced: string;
               what: string | null;
             }>(
-              `SELECT count(*)::text AS waiting,
-                      (SELECT array_agg(job_key) FROM "${schema}".leases
+              `WITH waiting AS MATERIALIZED (
+                 SELECT pid, wait_event, query FROM pg_stat_activity
+                  WHERE application_name = $1 AND wait_event_type = 'Lock'
+               ),
+               placed AS MATERIALIZED (
+                 SELECT t.pid, l.job_key FROM pg_locks t
+                   JOIN ${leasesTable} l
+                     ON l.ctid = format('(%s,%s)', t.page, t.tuple)::tid AND l.namespace = $2
+                  WHERE t.locktype = 'tuple' AND t.relation = $3::regclass
+                    AND t.pid IN (SELECT pid FROM waiting)
+               )
+               SELECT (SELECT count(*) FROM waiting)::text AS waiting,
+                      (SELECT array_agg(job_key) FROM ${leasesTable}
                         WHERE namespace = $2 AND status = 'IN_PROGRESS'
                           AND expires_at <= clock_timestamp()) AS expired,
-                      string_agg(DISTINCT wait_event || ': ' || left(query, 50), ' | ') AS what
-                 FROM pg_stat_activity
-                WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-              [f.applicationName, namespace],
+                      (SELECT array_agg(DISTINCT job_key) FROM placed) AS rows,
+                      (SELECT count(*) FROM waiting w
+                        WHERE w.pid NOT IN (SELECT pid FROM placed))::text AS unplaced,
+                      (SELECT string_agg(DISTINCT wait_event || ': ' || left(query, 50), ' | ')
+                         FROM waiting) AS what`,
+              [f.applicationName, namespace, leasesTable],
             );
             if (Number(row?.waiting) > 0) {
               lockWaits.push({
                 at: performance.now(),
                 expired: row?.expired ?? [],
+                rows: row?.rows ?? [],
+                unplaced: Number(row?.unplaced),
                 what: row?.what ?? '',
               });
             }
@@ -340,11 +370,11 @@ export function leaseFuzzCases<Tx, Session>(
         // A loss is put down to the holder when a monitor saw it stall during its last TTL, and
         // nothing was waiting on a lock meanwhile while its lease was still valid.
         const during = (at: number) => (t: Stall) => t.to >= at - LEASE.ttlMs && t.from <= at;
+        const waitsOn = (job: string) => (t: (typeof lockWaits)[number]) =>
+          !t.expired.includes(job) && (t.unplaced > 0 || t.rows.includes(job));
         const notLive = (at: number, worker: number, job: string) =>
           (stalls.some(during(at)) || (ownStalls[worker] as Stall[]).some(during(at))) &&
-          !lockWaits.some(
-            (t) => t.at >= at - LEASE.ttlMs && t.at <= at && !t.expired.includes(job),
-          );
+          !lockWaits.some((t) => t.at >= at - LEASE.ttlMs && t.at <= at && waitsOn(job)(t));
         const liveHolderLosses = losses.filter((l) => !notLive(l.at, l.worker, l.job));
         const allStalls = [...stalls, ...ownStalls.flat()];
         const longestStallMs = Math.round(Math.max(0, ...allStalls.map((t) => t.to - t.from)));
@@ -356,8 +386,26 @@ export function leaseFuzzCases<Tx, Session>(
 
         // One line per run, pass or fail: what this machine did to a 200 ms lease.
         console.log(
-          `[${adapter.name}] leases.keep-alive-fuzz: ${completed} runs, ${attempts} claims, ${renewals} renewals; concurrent holders ${concurrentHolders}, lost updates ${lostUpdates}, live holders' losses ${liveHolderLosses.length}; losses while stalled ${losses.length - liveHolderLosses.length}, claims given back ${givenBack}, lock waits sampled ${lockWaits.length} (${lockWaits.filter((t) => t.expired.length > 0).length} with a lease expired in the database${lockWaits.length > 0 ? `; ${[...new Set(lockWaits.map((t) => t.what))].slice(0, 3).join(' / ')}` : ''}), longest stall ${longestStallMs} ms${deadlineHit ? `; the deadline (${DEADLINE_MS / 1000} s) ended the race after ${completed} of ${WORKERS * RUNS_PER_WORKER} runs` : ''}`,
+          `[${adapter.name}] leases.keep-alive-fuzz: ${completed} runs, ${attempts} claims, ${renewals} renewals; concurrent holders ${concurrentHolders}, lost updates ${lostUpdates}, live holders' losses ${liveHolderLosses.length}; losses while stalled ${losses.length - liveHolderLosses.length}, claims given back ${givenBack}, lock waits sampled ${lockWaits.length} (${lockWaits.filter((t) => t.expired.length > 0).length} with a lease expired in the database, on the rows of ${JSON.stringify(lockWaits.map((t) => (t.unplaced > 0 ? '?' : t.rows.join('+'))))}${lockWaits.length > 0 ? `; ${[...new Set(lockWaits.map((t) => t.what))].slice(0, 3).join(' / ')}` : ''}), longest stall ${longestStallMs} ms${deadlineHit ? `; the deadline (${DEADLINE_MS / 1000} s) ended the race after ${completed} of ${WORKERS * RUNS_PER_WORKER} runs` : ''}`,
         );
+        // A live holder's loss, with what the monitors saw in its last TTL: what to replay.
+        for (const l of liveHolderLosses) {
+          const near = (t: Stall) => during(l.at)(t);
+          const rounded = (t: Stall) => `${Math.round(t.from)}–${Math.round(t.to)}`;
+          console.log(
+            `[${adapter.name}] live holder's loss: ${JSON.stringify({
+              job: l.job,
+              worker: l.worker,
+              at: Math.round(l.at),
+              reason: l.reason,
+              stalls: stalls.filter(near).map(rounded),
+              ownStalls: (ownStalls[l.worker] as Stall[]).filter(near).map(rounded),
+              lockWaits: lockWaits
+                .filter((t) => t.at >= l.at - LEASE.ttlMs && t.at <= l.at)
+                .map((t) => ({ ...t, at: Math.round(t.at) })),
+            })}`,
+          );
+        }
         expect({
           failures,
           runsAccountedFor,
