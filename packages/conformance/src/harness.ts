@@ -181,6 +181,7 @@ export type ConformanceCaseId =
   | 'engine.stub-refused-on-one-connection'
   | 'standby.run-exclusive-job'
   | 'transaction.abort-while-queued'
+  | 'transaction.abort-while-queued.one-trip'
   | 'session.abort-while-queued'
   | 'standby.recovery-check-not-shadowed'
   | 'standby.with-lock'

@@ -151,10 +151,17 @@ export interface LockExecutor<Tx = unknown, Session = unknown> {
    * and `first` to the server in one round trip, and hands `fn` the rows of `first`.
    * `first` is one complete statement written by core, with no parameters (its values are
    * validated integers inlined by core), so it can travel in a simple-protocol query.
+   *
+   * `beforeSend`, when given, is called once the executor holds its connection and before it
+   * sends anything on it. When it throws, the executor sends nothing, gives the connection back
+   * as healthy, and rejects with that error. (Core's calls abandoned while they waited for a
+   * pooled connection: `first` takes the lock, and a caller who has left must not hold it even
+   * for one round trip.)
    */
   pipelinedTransaction?<T>(
     first: string,
     fn: (ctx: TransactionContext<Tx>, firstRows: Row[]) => Promise<T>,
+    beforeSend?: () => void,
   ): Promise<T>;
 
   /**
@@ -166,11 +173,13 @@ export interface LockExecutor<Tx = unknown, Session = unknown> {
    * {@link LockExecutor.pipelinedTransaction}. When the query fails, Postgres has rolled the block
    * back and skipped the BEGIN, so the connection is idle and clean: the executor must send no
    * ROLLBACK, must give the connection back as healthy, and must rethrow the driver's error
-   * unchanged (core reads it). `first` has no parameters, like `pipelinedTransaction`'s.
+   * unchanged (core reads it). `first` has no parameters, and `beforeSend` is honoured, like
+   * `pipelinedTransaction`'s.
    */
   firstThenBegin?<T>(
     first: string,
     fn: (ctx: TransactionContext<Tx>, firstRows: Row[]) => Promise<T>,
+    beforeSend?: () => void,
   ): Promise<T>;
 }
 

@@ -116,12 +116,20 @@ export async function transactionLock<Tx, Session, T>(
       p.signal,
       (c) => {
         checkout = c;
-        const executor = engine.executor;
-        if (oneTrip && executor.firstThenBegin) return executor.firstThenBegin(opening, body);
-        if (executor.pipelinedTransaction) return executor.pipelinedTransaction(opening, body);
-        return executor.transaction(async (ctx) => {
-          // Checked before the opening too: an abandoned call sends nothing.
+        // Checked before the opening: an abandoned call sends nothing (the opening may take the
+        // lock). `body` checks again, for executors that do not call `beforeSend`.
+        const enter = (): void => {
           if (!c.enter()) throw abortedError(p.signal as AbortSignal);
+        };
+        const executor = engine.executor;
+        if (oneTrip && executor.firstThenBegin) {
+          return executor.firstThenBegin(opening, body, enter);
+        }
+        if (executor.pipelinedTransaction) {
+          return executor.pipelinedTransaction(opening, body, enter);
+        }
+        return executor.transaction(async (ctx) => {
+          enter();
           return body(ctx, await ctx.query(opening));
         });
       },

@@ -140,6 +140,7 @@ export function knexExecutor(
   async function inTransaction<T>(
     opening: Opening,
     fn: (ctx: TransactionContext<Knex.Transaction>, openingRows: Row[]) => Promise<T>,
+    beforeSend?: () => void,
   ): Promise<T> {
     const connection = await acquire();
     const slot = slotOf(connection);
@@ -152,6 +153,8 @@ export function knexExecutor(
     let running: Promise<T> | undefined;
     let outcome: { ok: true; value: T } | { ok: false; error: unknown } | undefined;
     try {
+      // Nothing sent yet: the connection goes back idle.
+      beforeSend?.();
       try {
         await knex.transaction(
           async (trx) => {
@@ -228,8 +231,10 @@ export function knexExecutor(
     singleConnection: alone,
     commitReportsRollback: true,
     transaction: (fn) => inTransaction({ kind: 'plain' }, (ctx) => fn(ctx)),
-    pipelinedTransaction: (text, fn) => inTransaction({ kind: 'after-begin', text }, fn),
-    firstThenBegin: (text, fn) => inTransaction({ kind: 'before-begin', text }, fn),
+    pipelinedTransaction: (text, fn, beforeSend) =>
+      inTransaction({ kind: 'after-begin', text }, fn, beforeSend),
+    firstThenBegin: (text, fn, beforeSend) =>
+      inTransaction({ kind: 'before-begin', text }, fn, beforeSend),
     async session<T>(fn: (ctx: SessionContext<KnexPgConnection>) => Promise<T>): Promise<T> {
       const connection = await acquire();
       const slot = slotOf(connection);

@@ -291,6 +291,7 @@ export function pgExecutor(
     opening: string | undefined,
     fn: (ctx: TransactionContext<PgClientLike>, openingRows: Row[]) => Promise<T>,
     beginAfter = false,
+    beforeSend?: () => void,
   ): Promise<T> {
     const lease = await acquire();
     const { fate, query, queryFirstRows, commit, unwatch } = watch(lease.client);
@@ -299,19 +300,17 @@ export function pgExecutor(
     // With other connections in the pool, core cancels from one of them (guarded); alone, the
     // protocol's own cancel is the only way.
     const interrupt = onlyOne ? interrupter(lease.client) : undefined;
-    // `opening; BEGIN` that fails leaves no transaction behind (the implicit block rolled back).
-    let inTransactionBlock = !beginAfter;
+    // Nothing sent yet: nothing to roll back.
+    let inTransactionBlock = false;
     let following: ReturnType<typeof followTransaction>;
     try {
       const dead = deadClientError(lease);
-      if (dead) {
-        inTransactionBlock = false;
-        throw dead;
-      }
-      if (callerTransactionOpen(lease)) {
-        inTransactionBlock = false;
-        throw callerTransactionError();
-      }
+      if (dead) throw dead;
+      if (callerTransactionOpen(lease)) throw callerTransactionError();
+      beforeSend?.();
+      // `BEGIN; opening` that fails leaves an aborted transaction; `opening; BEGIN` that fails
+      // leaves none (the implicit block rolled back).
+      inTransactionBlock = !beginAfter;
       let openingRows: Row[];
       if (opening === undefined) openingRows = await query('BEGIN');
       else if (beginAfter) {
@@ -366,8 +365,9 @@ export function pgExecutor(
     singleConnection: onlyOne,
     commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
-    pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
-    firstThenBegin: (first, fn) => inTransaction(first, fn, true),
+    pipelinedTransaction: (opening, fn, beforeSend) =>
+      inTransaction(opening, fn, false, beforeSend),
+    firstThenBegin: (first, fn, beforeSend) => inTransaction(first, fn, true, beforeSend),
     async session<T>(fn: (ctx: SessionContext<PgClientLike>) => Promise<T>): Promise<T> {
       const lease = await acquire();
       const { fate, query, unwatch } = watch(lease.client);

@@ -434,11 +434,15 @@ export function postgresExecutor<R extends PostgresReservedLike>(
   async function inTransaction<T>(
     opening: string | undefined,
     fn: (ctx: TransactionContext<R>, openingRows: Row[]) => Promise<T>,
+    beforeSend?: () => void,
   ): Promise<T> {
     const l = await lease();
     const { fate } = l.watched;
-    let inTransactionBlock = true;
+    // Nothing sent yet: nothing to roll back.
+    let inTransactionBlock = false;
     try {
+      beforeSend?.();
+      inTransactionBlock = true;
       // One simple-protocol query, one round trip: BEGIN, our pid (for the watch), core's opening
       // — which reports the pid itself when it starts with BACKEND_PID.
       const reportsPid = opening?.startsWith(BACKEND_PID) === true;
@@ -486,7 +490,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     singleConnection: sql.options.max === 1,
     commitReportsRollback: true,
     transaction: (fn) => inTransaction(undefined, (ctx) => fn(ctx)),
-    pipelinedTransaction: (opening, fn) => inTransaction(opening, fn),
+    pipelinedTransaction: (opening, fn, beforeSend) => inTransaction(opening, fn, beforeSend),
     async session<T>(fn: (ctx: SessionContext<R>) => Promise<T>): Promise<T> {
       const l = await lease();
       try {

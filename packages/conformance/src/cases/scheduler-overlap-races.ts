@@ -76,7 +76,8 @@ function holdingAfterArm<Tx, Session>(
   };
   const pipelined = base.pipelinedTransaction?.bind(base);
   const pipelinedTransaction: LockExecutor<Tx, Session>['pipelinedTransaction'] =
-    pipelined && ((first, fn) => pipelined(first, (ctx, rows) => fn(wrap(ctx), rows)));
+    pipelined &&
+    ((first, fn, beforeSend) => pipelined(first, (ctx, rows) => fn(wrap(ctx), rows), beforeSend));
   const executor: LockExecutor<Tx, Session> = {
     name: base.name,
     ...(base.transactionPooler !== undefined && { transactionPooler: base.transactionPooler }),

@@ -5,6 +5,7 @@ import {
   ConnectionLostError,
   createLockClient,
   isLockkitError,
+  type LockExecutor,
   LockKey,
   LockKeyError,
   type LockkitError,
@@ -401,39 +402,111 @@ export function transactionCases<Tx, Session>(
     },
   );
 
-  test(
-    'transaction.abort-while-queued',
-    'a signal aborted while the call waits for a pooled connection: once it has one and the lock, the task does not start; the call rejects ABORTED and the lock is released',
-    async () => {
-      const f = fixture();
-      // A pool of one, held by another call: the next call queues for the connection.
-      const locks = createLockClient(f.newInstance(1).executor, { engineSelfTest: false });
-      const release = gate();
-      const started = gate();
-      const holder = locks.withLock(randomKey(), async () => {
-        started.open();
-        await release.promise;
-      });
-      await started.promise;
-      const controller = new AbortController();
-      const key = randomKey();
-      let ran = false;
-      const queued = rejection(
-        locks.withLock(
-          key,
-          async () => {
-            ran = true;
-          },
-          { signal: controller.signal },
-        ),
-      );
-      controller.abort(new Error('the caller gave up'));
-      release.open();
-      expect((await holder).executed).toBe(true);
-      const error = await queued;
-      expect(isLockkitError(error) && error.code, String(error)).toBe('ABORTED');
-      expect(ran).toBe(false);
-      expect((await f.locks.withLock(key, async () => 'free')).executed).toBe(true);
+  for (const oneTrip of [false, true]) {
+    test(
+      oneTrip ? 'transaction.abort-while-queued.one-trip' : 'transaction.abort-while-queued',
+      `a signal aborted while the call waits for a pooled connection${oneTrip ? ' (one-round-trip skips)' : ''}: the call rejects ABORTED at once; when the pool lends its connection later, the abandoned call takes no lock, not even for a round trip, and the task never starts`,
+      async () => {
+        const f = fixture();
+        // A pool of one, held by another call: the next call queues for the connection.
+        const held = holdingCallbacks(f.newInstance(1).executor);
+        const locks = createLockClient(held.executor, {
+          engineSelfTest: false,
+          ...(oneTrip && { oneRoundTripSkip: true }),
+        });
+        const release = gate();
+        const started = gate();
+        const holder = locks.withLock(randomKey(), async () => {
+          started.open();
+          await release.promise;
+        });
+        await started.promise;
+        const controller = new AbortController();
+        const key = randomKey();
+        let ran = false;
+        held.arm();
+        const queued = rejection(
+          locks.withLock(
+            key,
+            async () => {
+              ran = true;
+            },
+            { signal: controller.signal },
+          ),
+        );
+        // The call has asked its executor for a connection: abort it while it waits there.
+        const ghost = (await held.called).promise;
+        controller.abort(new Error('the caller gave up'));
+        const error = await queued;
+        expect(isLockkitError(error) && error.code, String(error)).toBe('ABORTED');
+        try {
+          release.open();
+          expect((await holder).executed).toBe(true);
+          // The abandoned call gets the connection now. Stop it where its callback would start
+          // (the executor has sent what it sends first), or see it give the connection back.
+          await Promise.race([held.entered, ghost.then(noop, noop)]);
+          expect(
+            (await f.locks.withLock(key, async () => 'free')).executed,
+            'the key is free while the abandoned call holds its connection',
+          ).toBe(true);
+        } finally {
+          held.resume();
+        }
+        await rejection(ghost);
+        expect(ran).toBe(false);
+        expect((await f.locks.withLock(key, async () => 'free')).executed).toBe(true);
+      },
+    );
+  }
+}
+
+const noop = (): void => {};
+
+/**
+ * Wraps `base` so that, once armed, its next transaction is observable: `called` gives that
+ * executor call's promise as soon as it is made, and its callback stops at its start (with the
+ * connection in hand and the executor's first round trip done) until `resume()`; `entered` fires
+ * there. Calls made before `arm()` pass through.
+ */
+function holdingCallbacks<Tx, Session>(base: LockExecutor<Tx, Session>) {
+  // A promise inside an object: `open(promise)` alone would wait for it.
+  const called = gate<{ promise: Promise<unknown> }>();
+  const entered = gate();
+  const resumed = gate();
+  let armed = false;
+  const hold =
+    <A extends unknown[], R>(fn: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      entered.open();
+      await resumed.promise;
+      return fn(...args);
+    };
+  const executor = Object.create(base) as LockExecutor<Tx, Session>;
+  for (const name of ['transaction', 'pipelinedTransaction', 'firstThenBegin'] as const) {
+    const call: unknown = base[name];
+    if (typeof call !== 'function') continue;
+    Object.defineProperty(executor, name, {
+      value: (...args: unknown[]): Promise<unknown> => {
+        if (!armed) return Reflect.apply(call, base, args) as Promise<unknown>;
+        armed = false;
+        const fnAt = name === 'transaction' ? 0 : 1;
+        const wrappedArgs = args.map((arg, i) =>
+          i === fnAt ? hold(arg as (...a: unknown[]) => Promise<unknown>) : arg,
+        );
+        const promise = Reflect.apply(call, base, wrappedArgs) as Promise<unknown>;
+        promise.catch(noop);
+        called.open({ promise });
+        return promise;
+      },
+    });
+  }
+  return {
+    executor,
+    arm: () => {
+      armed = true;
     },
-  );
+    called: called.promise,
+    entered: entered.promise,
+    resume: () => resumed.open(),
+  };
 }
