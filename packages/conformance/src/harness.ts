@@ -4,7 +4,7 @@
  * `pg_locks` and `pg_stat_activity` and never asks the adapter anything.
  */
 import { randomBytes, randomInt } from 'node:crypto';
-import { type LockExecutor, LockKey } from '@lockkit/core';
+import { createLockClient, type JobResult, type LockExecutor, LockKey } from '@lockkit/core';
 import pg from 'pg';
 
 /** The lock protocols the fault-point group searches, statement by statement. */
@@ -183,6 +183,8 @@ export type ConformanceCaseId =
   | 'transaction.abort-while-queued'
   | 'transaction.abort-while-queued.one-trip'
   | 'session.abort-while-queued'
+  | 'transaction.abort-while-self-test-queued'
+  | 'session.abort-while-self-test-queued'
   | 'standby.recovery-check-not-shadowed'
   | 'standby.with-lock'
   | 'standby.session-lock'
@@ -407,6 +409,38 @@ export function gate<T = void>(): { promise: Promise<T>; open: (value: T) => voi
     open = resolve;
   });
   return { promise, open };
+}
+
+/** One turn of the event loop: every promise chain that needs no I/O has settled after it. */
+export const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * Holds `size` connections of `executor` (calls of a client without the engine self-test, in
+ * `scope`, each stopped in its task) until `release` opens: a pool of `size` is then exhausted.
+ * `holders` are those calls; each resolves executed once released.
+ */
+export async function occupyPool<Tx, Session>(
+  executor: LockExecutor<Tx, Session>,
+  size: number,
+  scope: 'transaction' | 'session',
+): Promise<{ release: { open: () => void }; holders: Promise<JobResult<void>>[] }> {
+  const locks = createLockClient(executor, { engineSelfTest: false });
+  const release = gate();
+  const holders: Promise<JobResult<void>>[] = [];
+  for (let i = 0; i < size; i++) {
+    const started = gate();
+    const task = async (): Promise<void> => {
+      started.open();
+      await release.promise;
+    };
+    holders.push(
+      scope === 'transaction'
+        ? locks.withLock(randomKey(), task)
+        : locks.withSessionLock(randomKey(), task),
+    );
+    await started.promise;
+  }
+  return { release, holders };
 }
 
 /** Resolves when `signal` aborts, or rejects after `ms`. */

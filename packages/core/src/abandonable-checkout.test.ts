@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { abandonableCheckout, type Checkout } from './abandonable-checkout.js';
+import { abandonableCheckout, abandonableWait, type Checkout } from './abandonable-checkout.js';
 
 /** A pool of one whose connection is lent when the test says so. */
 function heldPool() {
@@ -64,5 +64,61 @@ describe('abandonableCheckout', () => {
     pool.lend();
     await new Promise((r) => setImmediate(r));
     expect([pool.entered, plain.entered]).toEqual([[false], [true]]);
+  });
+});
+
+describe('abandonableWait', () => {
+  const deferred = () => {
+    let resolve!: (value: string) => void;
+    let reject!: (error: Error) => void;
+    const promise = new Promise<string>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    return { promise, resolve, reject };
+  };
+
+  it('rejects at once when the signal fires; the shared wait goes on for its other callers', async () => {
+    const shared = deferred();
+    const controller = new AbortController();
+    const left = abandonableWait(controller.signal, shared.promise, aborted);
+    const stayed = abandonableWait(new AbortController().signal, shared.promise, aborted);
+    controller.abort('gave up');
+    await expect(left).rejects.toThrow('aborted: gave up');
+    shared.resolve('verdict');
+    await expect(stayed).resolves.toBe('verdict');
+  });
+
+  it('a wait that fails after its caller left is not an unhandled rejection', async () => {
+    const shared = deferred();
+    const controller = new AbortController();
+    const left = abandonableWait(controller.signal, shared.promise, aborted);
+    controller.abort('gave up');
+    await expect(left).rejects.toThrow('aborted: gave up');
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      shared.reject(new Error('the self-test failed'));
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('settles as the wait does when the signal never fires, or there is none', async () => {
+    const shared = deferred();
+    const call = abandonableWait(new AbortController().signal, shared.promise, aborted);
+    shared.reject(new Error('no server'));
+    await expect(call).rejects.toThrow('no server');
+    const plain = Promise.resolve('ok');
+    expect(abandonableWait(undefined, plain, aborted)).toBe(plain);
+    const already = new AbortController();
+    already.abort('before');
+    await expect(abandonableWait(already.signal, deferred().promise, aborted)).rejects.toThrow(
+      'aborted: before',
+    );
   });
 });

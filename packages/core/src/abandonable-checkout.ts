@@ -9,6 +9,9 @@
  * to the pool, clean. Once the callback has started, the call has its connection and answers its
  * signal itself (a lock wait, a task, a release), as before.
  *
+ * The same holds for what a call awaits before it asks for a connection of its own (the engine
+ * self-test a client's first calls share): {@link abandonableWait}.
+ *
  * @packageDocumentation
  */
 
@@ -53,6 +56,37 @@ export function abandonableCheckout<T>(
       reject(aborted(signal));
     });
     run.then(
+      (value) => {
+        forget();
+        resolve(value);
+      },
+      (error: unknown) => {
+        forget();
+        reject(error);
+      },
+    );
+  });
+}
+
+/**
+ * A wait the caller may leave: resolves or rejects as `wait` does, unless `signal` fires first;
+ * then rejects at once with `aborted(signal)`, and `wait` goes on for whoever else awaits it (its
+ * outcome, unobserved here, is not reported as unhandled). For what a call awaits before it asks
+ * for a connection of its own, such as the engine self-test that every first call of a client
+ * shares, and that itself waits for pooled connections.
+ */
+export function abandonableWait<T>(
+  signal: AbortSignal | undefined,
+  wait: Promise<T>,
+  aborted: (signal: AbortSignal) => Error,
+): Promise<T> {
+  if (signal === undefined) return wait;
+  return new Promise<T>((resolve, reject) => {
+    const forget = whenAborted(signal, () => {
+      wait.catch(() => {});
+      reject(aborted(signal));
+    });
+    wait.then(
       (value) => {
         forget();
         resolve(value);

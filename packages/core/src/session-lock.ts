@@ -6,7 +6,7 @@
  *
  * @packageDocumentation
  */
-import { abandonableCheckout } from './abandonable-checkout.js';
+import { abandonableCheckout, abandonableWait } from './abandonable-checkout.js';
 import { LockNotHeldError, UnsafeBehindPoolerError } from './errors.js';
 import { track } from './events.js';
 import { type Row, requireCapability, type SessionContext } from './executor.js';
@@ -83,7 +83,8 @@ export async function sessionLock<Tx, Session, T>(
   if (p.signal?.aborted) throw abortedError(p.signal);
   // Once per client, before the first lock is trusted: is this server's lock real?
   if (!engine.trust.trusted) {
-    await engine.trust.ensure();
+    // The self-test may wait for pooled connections: the caller can leave that wait too.
+    await abandonableWait(p.signal, engine.trust.ensure(), abortedError);
     if (p.signal?.aborted) throw abortedError(p.signal);
   }
   let connection: SessionContext<Session> | undefined;

@@ -5,7 +5,7 @@
  *
  * @packageDocumentation
  */
-import { abandonableCheckout, type Checkout } from './abandonable-checkout.js';
+import { abandonableCheckout, abandonableWait, type Checkout } from './abandonable-checkout.js';
 import { checkCommittable, commitFailed, commitOutcomeUnknown } from './commit-truth.js';
 import { track } from './events.js';
 import type { Row, TransactionContext } from './executor.js';
@@ -46,7 +46,8 @@ export async function transactionLock<Tx, Session, T>(
   if (p.signal?.aborted) throw abortedError(p.signal);
   // Once per client, before the first lock is trusted: is this server's lock real?
   if (!engine.trust.trusted) {
-    await engine.trust.ensure();
+    // The self-test may wait for pooled connections: the caller can leave that wait too.
+    await abandonableWait(p.signal, engine.trust.ensure(), abortedError);
     if (p.signal?.aborted) throw abortedError(p.signal);
   }
   let connection: TransactionContext<Tx> | undefined;

@@ -4,11 +4,20 @@
 import {
   ConnectionLostError,
   createLockClient,
+  isLockkitError,
   LockNotHeldError,
   LockTimeoutError,
 } from '@lockkit/core';
 import { expect } from 'vitest';
-import { aborted, type ConformanceAdapter, gate, randomKey, rejection } from '../harness.js';
+import {
+  aborted,
+  type ConformanceAdapter,
+  gate,
+  occupyPool,
+  randomKey,
+  rejection,
+  turn,
+} from '../harness.js';
 import { casesOf, type Fixture } from '../suite.js';
 
 export function sessionCases<Tx, Session>(
@@ -268,6 +277,45 @@ export function sessionCases<Tx, Session>(
       expect((error as { code?: string }).code, String(error)).toBe('ABORTED');
       expect(ran).toBe(false);
       expect((await f.locks.withSessionLock(key, async () => 'free')).executed).toBe(true);
+    },
+  );
+
+  test(
+    'session.abort-while-self-test-queued',
+    "a new client's first session call, whose engine self-test waits for a pooled connection, is aborted there: it rejects ABORTED at once, not when the pool frees up; the task never starts, the key stays free, and the client's next call runs",
+    async () => {
+      const f = fixture();
+      const pooled = f.newInstance(2).executor;
+      const { release, holders } = await occupyPool(pooled, 2, 'session');
+      const locks = createLockClient(pooled);
+      const controller = new AbortController();
+      const key = randomKey();
+      let ran = false;
+      let settled = false;
+      const queued = rejection(
+        locks.withSessionLock(
+          key,
+          async () => {
+            ran = true;
+          },
+          { signal: controller.signal },
+        ),
+      ).finally(() => {
+        settled = true;
+      });
+      controller.abort(new Error('the caller gave up'));
+      await turn();
+      try {
+        expect(settled, 'the call settled while the pool was still full').toBe(true);
+      } finally {
+        release.open();
+      }
+      const error = await queued;
+      expect(isLockkitError(error) && error.code, String(error)).toBe('ABORTED');
+      for (const holder of holders) expect((await holder).executed).toBe(true);
+      expect((await locks.withSessionLock(key, async () => 'next')).executed).toBe(true);
+      expect(ran).toBe(false);
+      expect(await f.observer.locksOn(key)).toEqual([]);
     },
   );
 }

@@ -16,9 +16,11 @@ import {
   aborted,
   type ConformanceAdapter,
   gate,
+  occupyPool,
   randomInt8Key,
   randomKey,
   rejection,
+  turn,
 } from '../harness.js';
 import { casesOf, type Fixture } from '../suite.js';
 
@@ -458,6 +460,47 @@ export function transactionCases<Tx, Session>(
       },
     );
   }
+
+  test(
+    'transaction.abort-while-self-test-queued',
+    "a new client's first call, whose engine self-test waits for a pooled connection, is aborted there: it rejects ABORTED at once, not when the pool frees up; the task never starts, the key stays free, and the client's next call runs",
+    async () => {
+      const f = fixture();
+      const pooled = f.newInstance(2).executor;
+      const { release, holders } = await occupyPool(pooled, 2, 'transaction');
+      // A new client: its first call runs the engine self-test, which now queues for a connection.
+      const locks = createLockClient(pooled);
+      const controller = new AbortController();
+      const key = randomKey();
+      let ran = false;
+      let settled = false;
+      const queued = rejection(
+        locks.withLock(
+          key,
+          async () => {
+            ran = true;
+          },
+          { signal: controller.signal },
+        ),
+      ).finally(() => {
+        settled = true;
+      });
+      controller.abort(new Error('the caller gave up'));
+      // The abort settles the call by itself: no statement, no connection is needed for that.
+      await turn();
+      try {
+        expect(settled, 'the call settled while the pool was still full').toBe(true);
+      } finally {
+        release.open();
+      }
+      const error = await queued;
+      expect(isLockkitError(error) && error.code, String(error)).toBe('ABORTED');
+      for (const holder of holders) expect((await holder).executed).toBe(true);
+      expect((await locks.withLock(key, async () => 'next')).executed).toBe(true);
+      expect(ran).toBe(false);
+      expect(await f.observer.locksOn(key)).toEqual([]);
+    },
+  );
 }
 
 const noop = (): void => {};
