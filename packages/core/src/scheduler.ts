@@ -397,6 +397,12 @@ function count(value: unknown, name: string, min: number, fallback: number): num
 const describeError = (error: unknown) =>
   error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 
+/** The FAILED record of a tick whose transaction-mode handler committed the transaction itself. */
+const selfCommittedRecord = (job: { readonly name: string }): RunRecord => ({
+  kind: 'failed',
+  error: describeError(taskEndedTransaction(`job "${job.name}"`)),
+});
+
 /**
  * Lease mode: how many times beyond a job's attempts a run interrupted by the database (its
  * fenced write lost its connection) is given back to run again before it counts as failed.
@@ -1175,11 +1181,7 @@ export class Scheduler<Tx> {
    * Whether there was such a row to record (a tick whose transaction rolled back has none).
    */
   private async recordSelfCommitted(query: QueryFn, job: Job<Tx>, tick: Date): Promise<boolean> {
-    const record: RunRecord = {
-      kind: 'failed',
-      error: describeError(taskEndedTransaction(`job "${job.name}"`)),
-    };
-    return this.ledger.finish(query, job, tick, null, record);
+    return this.ledger.finish(query, job, tick, null, selfCommittedRecord(job));
   }
 
   /**
@@ -1192,11 +1194,12 @@ export class Scheduler<Tx> {
   private async repairSelfCommitted(job: Job<Tx>, ticks: readonly Date[]): Promise<void> {
     for (const tick of ticks) {
       await this.query((q) => this.recordSelfCommitted(q, job, tick)).catch(() => {
-        const record: RunRecord = {
-          kind: 'failed',
-          error: describeError(taskEndedTransaction(`job "${job.name}"`)),
-        };
-        this.recordLater(job, tick, record, Math.max(job.settings.retryDelayMs, 100));
+        this.recordLater(
+          job,
+          tick,
+          selfCommittedRecord(job),
+          Math.max(job.settings.retryDelayMs, 100),
+        );
       });
     }
   }

@@ -370,11 +370,13 @@ export function leaseFuzzCases<Tx, Session>(
         // A loss is put down to the holder when a monitor saw it stall during its last TTL, and
         // nothing was waiting on a lock meanwhile while its lease was still valid.
         const during = (at: number) => (t: Stall) => t.to >= at - LEASE.ttlMs && t.from <= at;
+        const sampledDuring = (at: number) => (t: { at: number }) =>
+          t.at >= at - LEASE.ttlMs && t.at <= at;
         const waitsOn = (job: string) => (t: (typeof lockWaits)[number]) =>
           !t.expired.includes(job) && (t.unplaced > 0 || t.rows.includes(job));
         const notLive = (at: number, worker: number, job: string) =>
           (stalls.some(during(at)) || (ownStalls[worker] as Stall[]).some(during(at))) &&
-          !lockWaits.some((t) => t.at >= at - LEASE.ttlMs && t.at <= at && waitsOn(job)(t));
+          !lockWaits.some((t) => sampledDuring(at)(t) && waitsOn(job)(t));
         const liveHolderLosses = losses.filter((l) => !notLive(l.at, l.worker, l.job));
         const allStalls = [...stalls, ...ownStalls.flat()];
         const longestStallMs = Math.round(Math.max(0, ...allStalls.map((t) => t.to - t.from)));
@@ -390,7 +392,7 @@ export function leaseFuzzCases<Tx, Session>(
         );
         // A live holder's loss, with what the monitors saw in its last TTL: what to replay.
         for (const l of liveHolderLosses) {
-          const near = (t: Stall) => during(l.at)(t);
+          const near = during(l.at);
           const rounded = (t: Stall) => `${Math.round(t.from)}–${Math.round(t.to)}`;
           console.log(
             `[${adapter.name}] live holder's loss: ${JSON.stringify({
@@ -401,7 +403,7 @@ export function leaseFuzzCases<Tx, Session>(
               stalls: stalls.filter(near).map(rounded),
               ownStalls: (ownStalls[l.worker] as Stall[]).filter(near).map(rounded),
               lockWaits: lockWaits
-                .filter((t) => t.at >= l.at - LEASE.ttlMs && t.at <= l.at)
+                .filter(sampledDuring(l.at))
                 .map((t) => ({ ...t, at: Math.round(t.at) })),
             })}`,
           );
