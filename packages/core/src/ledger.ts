@@ -65,6 +65,8 @@ const GIVEN_BACK_INTERRUPTED =
 
 /** The note of a tick catch-up chose to run, held PENDING for it until it runs. */
 const HELD_FOR_CATCH_UP = 'held for catch-up';
+/** The note of a tick held for a job's new owner: the one before it went without deciding it. */
+const OWED = 'owed: its owner left before deciding it';
 
 /** How a registration stays live without a heartbeat (doctor and conflict checks). */
 export const REGISTRATION_LIVE_MS = 180_000;
@@ -317,8 +319,32 @@ export class Ledger {
     ticks: readonly Date[],
     now: Date,
   ): Promise<Date[]> {
+    return this.holdPending(query, job, ticks, now, HELD_FOR_CATCH_UP);
+  }
+
+  /**
+   * Holds ticks of `job` that its owner left undecided when it went (owned distribution): PENDING
+   * and due at once, unless the tick has a row already (it ran, or someone holds it). Those held.
+   */
+  async holdOwed(
+    query: QueryFn,
+    job: LedgerJob,
+    ticks: readonly Date[],
+    now: Date,
+  ): Promise<Date[]> {
+    return this.holdPending(query, job, ticks, now, OWED);
+  }
+
+  /** `ticks` PENDING and due at once, with `note`, where they have no row: those held, oldest first. */
+  private async holdPending(
+    query: QueryFn,
+    job: LedgerJob,
+    ticks: readonly Date[],
+    now: Date,
+    note: string,
+  ): Promise<Date[]> {
     if (ticks.length === 0) return [];
-    const s = pendingTicksStatement(this.scope, job.name, ticks, job.hash, now, HELD_FOR_CATCH_UP);
+    const s = pendingTicksStatement(this.scope, job.name, ticks, job.hash, now, note);
     return (await rowsOf(query, s))
       .map((r) => new Date(r.tick as string))
       .sort((a, b) => a.getTime() - b.getTime());

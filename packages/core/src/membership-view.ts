@@ -113,6 +113,20 @@ export class MembershipView {
     return this.debt;
   }
 
+  /** Who registered which job changed (the live members did not): owners are worked out again. */
+  registrationsChanged(): void {
+    this.owners = new Map();
+    for (const job of this.paid.keys()) if (this.owner(job) !== this.self) this.paid.delete(job);
+  }
+
+  /**
+   * What {@link MembershipView.owedFrom} returned for `job` could not be settled (the caller's
+   * statement failed): it is owed again at the next ask, while the departure is still in view.
+   */
+  unpaid(job: string): void {
+    this.paid.delete(job);
+  }
+
   /** The owner of `job` in this view (this instance counts as live). */
   owner(job: string): string | undefined {
     if (this.owners.has(job)) return this.owners.get(job);

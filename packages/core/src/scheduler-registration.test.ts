@@ -134,6 +134,12 @@ describe('createScheduler refuses at once, typed', () => {
     ['a clock without now', { clock: { setTimer: () => ({ cancel: noop }) } }],
     ['a clock that is null', { clock: null }],
     ['now not a function', { now: 'x' }],
+    ['an unknown distribution', { distribution: 'leader' }],
+    ['memberTtlMs without owned distribution', { memberTtlMs: 3000 }],
+    ['memberTtlMs below 300 ms', { distribution: 'owned', memberTtlMs: 299 }],
+    // A dead member's ticks are owed for 60 s: its death must be seen well within that.
+    ['memberTtlMs above 30 s', { distribution: 'owned', memberTtlMs: 30_001 }],
+    ['memberTtlMs not an integer', { distribution: 'owned', memberTtlMs: 1000.5 }],
   ];
   for (const [label, options] of bad) {
     it(label, () => {
@@ -141,6 +147,10 @@ describe('createScheduler refuses at once, typed', () => {
       expect(() => create(locks, options)).toThrow(invalid);
     });
   }
+  it('takes memberTtlMs from 300 ms to 30 s with owned distribution', () => {
+    for (const memberTtlMs of [300, 30_000])
+      expect(() => createScheduler(locks, { distribution: 'owned', memberTtlMs })).not.toThrow();
+  });
 });
 
 describe('runTick refuses, before any SQL', () => {

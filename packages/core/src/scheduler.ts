@@ -44,6 +44,7 @@ import {
 import {
   Ledger,
   type LedgerJob,
+  MAX_CATCH_UP,
   type RunRecord,
   registrationRows,
   type TickState,
@@ -53,6 +54,7 @@ import { ownTransaction } from './own-transaction.js';
 import { sqlState } from './postgres-errors.js';
 import { ScheduleBook } from './schedule-book.js';
 import { minimumGapMs } from './schedule-gap.js';
+import { SchedulerMembership } from './scheduler-membership.js';
 import { SCHEDULER_NAMESPACE } from './scheduler-namespace.js';
 import {
   checkJobOptions,
@@ -68,6 +70,7 @@ import {
   RUN_SETTINGS,
   SAVEPOINT,
 } from './sql/scheduler.js';
+import { partialRegistrationsStatement } from './sql/scheduler-members.js';
 import { StringTable } from './string-table.js';
 import { TickTimers } from './tick-timers.js';
 import { WakeQueue } from './wake-queue.js';
@@ -254,6 +257,29 @@ export interface SchedulerOptions {
    * rows nor locks. Default: none (the scope every scheduler without one shares).
    */
   readonly namespace?: string;
+  /**
+   * Which instances decide a job's ticks.
+   * - `'every-instance'` (default): every instance that registered the job decides each of its
+   *   ticks; the job's lock and the ledger let one of them run it. The database's work per tick
+   *   grows with instances × jobs.
+   * - `'owned'`: one live instance decides each job — its owner, by rendezvous hashing over the
+   *   namespace's members, each kept live by a heartbeat row (one statement per instance every
+   *   third of `memberTtlMs`). The work per tick grows with the jobs due, not with the instances.
+   *   An instance that stops hands its jobs on at once (when stop() begins, not once its running
+   *   tasks end); one that dies, once its row expires:
+   *   within `memberTtlMs` and one heartbeat. Its successors run the ticks it left undecided
+   *   meanwhile (whatever the catch-up policy: no tick was missed, only handed over late).
+   *
+   * Both may run side by side in one namespace (an `'every-instance'` instance decides every job
+   * it has, as always). Needs schema version 4 (`migrate()`).
+   */
+  readonly distribution?: 'every-instance' | 'owned';
+  /**
+   * Owned distribution: how long an instance's heartbeat keeps it a member (ms, database clock).
+   * Its heartbeat beats every third of it; an instance that could not beat for five sixths of it
+   * decides every job until it can. Default 3000; from 300 to 30000.
+   */
+  readonly memberTtlMs?: number;
 }
 
 /**
@@ -356,6 +382,16 @@ type TickSource = 'timer' | 'catch-up' | 'pending';
 
 /** How often registrations are refreshed, and conflicts looked for again. */
 const HEARTBEAT_MS = 60_000;
+
+/**
+ * Owned distribution: how far back a new owner runs the ticks its predecessor left, at most.
+ * Older ticks (a namespace whose every member was down, or cut off from the database) are the
+ * catch-up policy's, as in every-instance distribution.
+ */
+const MAX_OWED_MS = 60_000;
+
+/** Owned distribution: the longest `memberTtlMs`, so that a death is seen well within MAX_OWED_MS. */
+const MAX_MEMBER_TTL_MS = 30_000;
 
 /**
  * How many jobs one transaction registers in the ledger at start (see `announce`): their JSON,
@@ -495,11 +531,29 @@ export class Scheduler<Tx> {
   /** Namespace of the job and tick lock keys and of lease-mode leases. */
   private readonly lockNamespace: string;
   private readonly ledger: Ledger;
+  /** The ledger's namespace: the option, or '' without one. */
+  private readonly ledgerNamespace: string;
   private started = false;
   private pruneTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   /** Whether this instance's registrations are in the ledger (else the heartbeat retries them). */
   private announced = false;
+  /** Owned distribution: this instance's membership of its namespace; undefined otherwise. */
+  private readonly membership: SchedulerMembership | undefined;
+  private membershipTimer: NodeJS.Timeout | undefined;
+  /** Owned distribution: jobs registered by only some live members, and by which. */
+  private partialRegistrations = new Map<string, ReadonlySet<string>>();
+  /**
+   * Owned distribution: rows below this were registered (announced) when the registrations were
+   * last read. A job registered since may be unknown to the others: it is decided here meanwhile.
+   */
+  private registrationsReadFor = 0;
+  /** Rows below this are in the schedules table (announced), as far as this instance knows. */
+  private announcedRows = 0;
+  /** Announcements of jobs registered after start() still in flight. */
+  private lateAnnouncements = 0;
+  /** Owned distribution: jobs whose owed ticks are being held, by row; their ticks wait for it. */
+  private readonly owing = new Map<number, Promise<void>>();
 
   /** @internal use {@link createScheduler} */
   constructor(
@@ -544,11 +598,41 @@ export class Scheduler<Tx> {
     }
     this.lockNamespace =
       namespace === undefined ? SCHEDULER_NAMESPACE : `${SCHEDULER_NAMESPACE}/${namespace}`;
+    this.ledgerNamespace = namespace ?? '';
     this.ledger = new Ledger(
-      { schema: this.schema, namespace: namespace ?? '' },
+      { schema: this.schema, namespace: this.ledgerNamespace },
       this.owner,
       this.lockNamespace,
     );
+    const distribution = options.distribution ?? 'every-instance';
+    if (distribution !== 'every-instance' && distribution !== 'owned')
+      throw new LockkitError('OPTION_INVALID', `distribution must be 'every-instance' or 'owned'.`);
+    const memberTtlMs = count(options.memberTtlMs, 'memberTtlMs', 300, 3000);
+    // A death is seen within a TTL and a beat of the last one; the successor owes the ticks from
+    // then, back to MAX_OWED_MS at most: a longer TTL would leave the oldest of them to catch-up.
+    if (memberTtlMs > MAX_MEMBER_TTL_MS)
+      throw new LockkitError(
+        'OPTION_INVALID',
+        `memberTtlMs must be at most ${MAX_MEMBER_TTL_MS} (a dead member's ticks are owed for ${MAX_OWED_MS} ms), got ${memberTtlMs}.`,
+      );
+    if (options.memberTtlMs !== undefined && distribution !== 'owned')
+      throw new LockkitError('OPTION_INVALID', `memberTtlMs applies to distribution 'owned' only.`);
+    this.membership =
+      distribution === 'owned'
+        ? new SchedulerMembership(
+            (statement) => this.query((q) => q(statement.text, statement.params)),
+            { schema: this.schema, namespace: this.ledgerNamespace },
+            this.owner,
+            {
+              heartbeatMs: Math.floor(memberTtlMs / 3),
+              ttlMs: memberTtlMs,
+              staleMs: Math.floor((memberTtlMs * 5) / 6),
+            },
+            this.now,
+            (job) => this.partialRegistrations.get(job),
+            (live) => this.readRegistrations(live),
+          )
+        : undefined;
   }
 
   /**
@@ -677,7 +761,18 @@ export class Scheduler<Tx> {
     this.jobSettings[row] = settings;
     this.byKey.set(keyId, row);
     if (this.started) {
-      void this.announce(row, row + 1).catch(() => {});
+      this.lateAnnouncements++;
+      void this.announce(row, row + 1).then(
+        () => {
+          this.lateAnnouncements--;
+          if (this.announced) this.announcedUpTo(this.names.size);
+        },
+        () => {
+          // The next heartbeat announces every job again.
+          this.lateAnnouncements--;
+          this.announced = false;
+        },
+      );
       this.schedule(row);
     }
     return this;
@@ -787,10 +882,22 @@ export class Scheduler<Tx> {
     this.started = true;
     // A database that is down at start-up is reported by the ticks' `error` events; the
     // registrations are retried with the next heartbeat.
-    this.announced = await this.announce(0, this.names.size).then(
+    const initial = this.names.size;
+    this.announced = await this.announce(0, initial).then(
       () => true,
       () => false,
     );
+    if (this.announced) this.announcedUpTo(initial);
+    // Owned distribution: a member only once its registrations are in (the others read them when
+    // it joins); until its first beat its view is stale, and it decides every job.
+    if (this.membership !== undefined) {
+      await this.beat();
+      this.membershipTimer = setInterval(
+        () => void this.beat(),
+        this.membership.settings.heartbeatMs,
+      );
+      this.membershipTimer.unref();
+    }
     this.scheduleTogether();
     this.heartbeatTimer = setInterval(() => void this.heartbeat().catch(() => {}), HEARTBEAT_MS);
     this.heartbeatTimer.unref();
@@ -825,6 +932,11 @@ export class Scheduler<Tx> {
     this.holderWatches.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
+    clearInterval(this.membershipTimer);
+    // Owned distribution: this instance decides nothing from now on, so it leaves now, not after
+    // its running tasks end: its successors owe its jobs' ticks from this instant, and take them
+    // over at their next beat (a run still going holds its own tick's lock and row meanwhile).
+    const left = this.started ? this.membership?.leave().catch(() => {}) : undefined;
     const deadline = Date.now() + (options.timeoutMs ?? 30_000);
     const until = (ms: number) =>
       new Promise<'timeout'>((resolve) => setTimeout(resolve, ms, 'timeout').unref());
@@ -835,7 +947,10 @@ export class Scheduler<Tx> {
     // used up by a stuck run) must not hold stop() for ever; an entry left behind stops counting
     // as live once its heartbeat is old.
     if (this.started) {
-      const cleanUp = this.query((q) => this.ledger.deregister(q)).catch(() => {});
+      const cleanUp = Promise.all([
+        left,
+        this.query((q) => this.ledger.deregister(q)).catch(() => {}),
+      ]);
       await Promise.race([cleanUp, until(Math.max(0, deadline - Date.now()))]);
     }
     return { stillRunning };
@@ -955,7 +1070,14 @@ export class Scheduler<Tx> {
         ).timezone;
         into.hash = this.schedules.hash(schedule);
       });
-      const conflicting = await this.query((q) => this.ledger.registerMany(q, rows));
+      // Owned distribution: the first batch of a whole announcement replaces what this owner id
+      // registered before (a process restarted under a fixed owner may have other jobs now: the
+      // others must not count it for the jobs it dropped).
+      const replacing = this.membership !== undefined && first === 0 && to === this.names.size;
+      const conflicting = await this.query(async (q) => {
+        if (replacing) await this.ledger.deregister(q);
+        return this.ledger.registerMany(q, rows);
+      });
       // Usually none: then no job of the batch has a conflict to report or to clear.
       if (conflicting.size === 0 && this.conflicts.size === 0) continue;
       for (let row = first; row < end; row++)
@@ -966,8 +1088,10 @@ export class Scheduler<Tx> {
   /** Refreshes the registrations (or makes them, if start() could not) and looks for conflicts. */
   private async heartbeat(): Promise<void> {
     if (!this.announced) {
-      await this.announce(0, this.names.size);
+      const all = this.names.size;
+      await this.announce(0, all);
       this.announced = true;
+      this.announcedUpTo(all);
       return;
     }
     const conflicted = await this.query(async (q) => {
@@ -1001,6 +1125,111 @@ export class Scheduler<Tx> {
     else this.conflicts.set(row, signature);
   }
 
+  /**
+   * Every job below `rows` is announced (unless a late one is still in flight): owned
+   * distribution reads the registrations again at the next beat, so that the others' owners of
+   * those jobs and this instance's agree.
+   */
+  private announcedUpTo(rows: number): void {
+    if (this.lateAnnouncements > 0 || rows <= this.announcedRows) return;
+    this.announcedRows = rows;
+    this.membership?.rereadRegistrations();
+  }
+
+  /**
+   * Owned distribution: whether this instance decides `job` now — it owns it, or cannot tell (its
+   * view is stale, or the job was registered after the registrations were last read).
+   */
+  private decides(job: Job<Tx>): boolean {
+    const membership = this.membership;
+    if (membership === undefined || job.row >= this.registrationsReadFor) return true;
+    return membership.view.decides(job.name, this.now());
+  }
+
+  /**
+   * Owned distribution: one heartbeat, then the ticks now owed held for the jobs that came here
+   * from a member that went. A failed beat is not reported (the view grows stale, and this
+   * instance then decides every job).
+   */
+  private async beat(): Promise<void> {
+    const membership = this.membership;
+    if (membership === undefined || this.stopping.signal.aborted) return;
+    try {
+      await membership.beat();
+    } catch {
+      return;
+    }
+    // Synchronously after the view changed: no tick timer runs before `owing` says what waits.
+    this.holdOwedTicks(membership);
+    void membership.prune().catch(() => {});
+  }
+
+  /**
+   * Owned distribution: who among the live members registered which job, read when the live
+   * members change (before the view uses them). Until that read succeeds, jobs registered here
+   * are decided here.
+   */
+  private async readRegistrations(live: ReadonlySet<string>): Promise<void> {
+    // Only the jobs announced by now are in what the others read of this instance.
+    const known = this.announced ? this.announcedRows : 0;
+    const statement = partialRegistrationsStatement(
+      { schema: this.schema, namespace: this.ledgerNamespace },
+      JSON.stringify([...live]),
+    );
+    const rows = await this.query((q) => q(statement.text, statement.params));
+    const partial = new Map<string, ReadonlySet<string>>();
+    for (const row of rows) {
+      partial.set(String(row.job), new Set(JSON.parse(String(row.owners)) as string[]));
+    }
+    this.partialRegistrations = partial;
+    this.registrationsReadFor = known;
+  }
+
+  /**
+   * Owned distribution: for every job this instance now owes ticks of (its owner went; see
+   * {@link MembershipView.owedFrom}), holds the ticks of its schedule from that instant (less the
+   * grace for skew) to now that have no ledger row, PENDING and due at once, then drains them.
+   * The job's timer waits for this; a failure leaves the debt owed for the next beat.
+   */
+  private holdOwedTicks(membership: SchedulerMembership): void {
+    const now = this.now();
+    for (let row = 0; row < this.names.size; row++) {
+      if (this.owing.has(row)) continue;
+      const name = this.names.get(row);
+      const from = membership.view.owedFrom(name);
+      if (from === undefined) continue;
+      const job = this.jobAt(row);
+      const schedule = this.jobSchedules[row] as number;
+      const ticks: Date[] = [];
+      let at = this.schedules.nextRun(
+        schedule,
+        Math.max(from, now - MAX_OWED_MS) - this.graceMs - 1,
+      );
+      while (Number.isFinite(at) && at <= now && ticks.length < MAX_CATCH_UP) {
+        ticks.push(new Date(at));
+        at = this.schedules.nextRun(schedule, at);
+      }
+      const holding = (async () => {
+        try {
+          const held = await this.query((q) => this.ledger.holdOwed(q, job, ticks, new Date(now)));
+          // A failure is reported as fire() reports one; never an unhandled rejection.
+          if (held.length > 0)
+            this.track(
+              this.drain(job).catch((error: unknown) => {
+                if (!this.stopping.signal.aborted)
+                  this.emit({ type: 'error', job: job.name, tick: held[0] as Date, error });
+              }),
+            );
+        } catch {
+          membership.view.unpaid(name);
+        } finally {
+          this.owing.delete(row);
+        }
+      })();
+      this.owing.set(row, holding);
+    }
+  }
+
   /** The job's lock key, made at its first tick and kept (see {@link Job.key}). */
   private keyOf(job: Job<Tx>): LockKey {
     job.key ??= jobKey(this.lockNamespace, job.name);
@@ -1021,6 +1250,11 @@ export class Scheduler<Tx> {
    */
   private async fire(job: Job<Tx>, tick: Date): Promise<void> {
     try {
+      if (this.membership !== undefined) {
+        // Ticks the job's last owner left are held first: no catch-up may judge them holes.
+        await this.owing.get(job.row);
+        if (!this.decides(job)) return;
+      }
       const outcome = await this.runOne(job, tick, 'timer');
       let drain = outcome.drain;
       for (const missedTick of outcome.catchUp) {
@@ -1313,7 +1547,16 @@ export class Scheduler<Tx> {
       job.settings.mode === 'lease' && job.settings.overlap === 'skip'
         ? job.settings.jitterMs + job.settings.claimTimeoutMs
         : 0;
-    const horizon = new Date(Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs));
+    // Owned distribution: a tick whose owner died is owed to its successor once the owner's row
+    // expires and a beat sees it (a TTL and a beat after its last beat): not a hole before then,
+    // even here, where the job may have come by another member's joining meanwhile.
+    const handOverMs =
+      this.membership === undefined
+        ? 0
+        : this.membership.settings.ttlMs + this.membership.settings.heartbeatMs;
+    const horizon = new Date(
+      Math.min(tick.getTime() - 1, this.now() - this.graceMs - waitingMs - handOverMs),
+    );
     const found = await this.ledger.findHoles(query, job, job.cron, horizon);
     // Ticks a handler committed itself, left RUNNING by a node that could not record them FAILED:
     // recorded once this tick's transaction is over (see repairSelfCommitted), never run again.

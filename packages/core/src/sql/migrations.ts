@@ -88,6 +88,25 @@ export const MIGRATIONS: readonly Migration[] = [
          'lockkit scheduler registrations: which instance registered which job on which schedule (schedule conflicts)'`,
     ],
   },
+  {
+    version: 4,
+    description: 'scheduler members: the running instances of a namespace, for owned distribution',
+    statements: [
+      `CREATE TABLE $schema.scheduler_members (
+         namespace    text        NOT NULL,
+         member       text        NOT NULL,
+         -- the process behind the member id: a new one each start
+         incarnation  text        NOT NULL,
+         heartbeat_at timestamptz NOT NULL,
+         expires_at   timestamptz NOT NULL,
+         -- the last heartbeat of the previous incarnation under this member id, if one was replaced
+         predecessor_at timestamptz,
+         PRIMARY KEY (namespace, member)
+       )`,
+      `COMMENT ON TABLE $schema.scheduler_members IS
+         'lockkit scheduler members: one row per running instance (distribution: owned); live while expires_at is ahead of the database clock'`,
+    ],
+  },
 ];
 
 /** The latest schema version. */
