@@ -104,6 +104,7 @@ export type ConformanceCaseId =
   | 'leases.keep-alive-fuzz'
   | 'scheduler.registration-errors'
   | 'scheduler.exactly-once-skewed'
+  | 'scheduler.owned-exactly-once-skewed'
   | 'scheduler.failure-recorded'
   | 'scheduler.overlap-skip'
   | 'scheduler.catch-up'

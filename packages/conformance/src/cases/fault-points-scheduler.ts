@@ -433,14 +433,17 @@ async function searchFaultPoints<Tx, Session>(
     ]);
     let stopping: Promise<unknown> | undefined;
     let rival: Rival | undefined;
+    let mismatched = false;
     if (fired === undefined) {
       trap.release();
       found.push('the run settled before statement k was sent: the recording is not deterministic');
     } else {
-      if (r.normalize(fired.text) !== recorded[k])
+      if (r.normalize(fired.text) !== recorded[k]) {
+        mismatched = true;
         found.push(
           `statement k was '${head(fired.text)}' in this run: the recording is not deterministic`,
         );
+      }
       if (fault.action === 'stop') {
         stopping = r.stop?.();
         await Promise.race([call, drain()]);
@@ -465,6 +468,17 @@ async function searchFaultPoints<Tx, Session>(
     if (rival && !(await settledWithin(rival.settled)))
       found.push(`the rival did not settle within ${WATCHDOG_MS} ms`);
     const sent = seen.stop();
+    // Which statement came or went: this run's sequence up to k beside the recording's.
+    if (mismatched)
+      found.push(
+        `this run up to k (index@connection): ${sent
+          .filter((st) => st.index <= k)
+          .map((st) => `${st.index}@${st.connection} ${head(r.normalize(st.text))}`)
+          .join(' | ')}; the recording: ${recorded
+          .slice(0, k + 1)
+          .map((text, i) => `${i} ${head(text)}`)
+          .join(' | ')}`,
+      );
     outcomes.push(`${k}:${settled ? r.outcome() : 'hung'}`);
     combinations++;
     if (!settled) {

@@ -9,6 +9,7 @@ import {
   createLockClient,
   createScheduler,
   type LockClient,
+  type LockExecutor,
   type SchedulerEvent,
 } from '@lockkit/core';
 import { expect, it } from 'vitest';
@@ -134,6 +135,93 @@ export function schedulerCases<Tx, Session>(
         expect(rows.every((r) => r.status === 'SUCCEEDED')).toBe(true);
       }),
     30_000,
+  );
+
+  test(
+    'scheduler.owned-exactly-once-skewed',
+    "distribution 'owned': three schedulers with clocks ±800 ms apart share per-second jobs; once they see each other only a job's owner decides its ticks; one stops, one dies (its connection cut, no goodbye): every tick still runs exactly once, the dead one's late",
+    () =>
+      withSchema(async (schema) => {
+        const f = fixture();
+        const jobs = ['a', 'b', 'c', 'd', 'e', 'f'];
+        let severed = false;
+        const decided: { at: number; node: number; type: string }[] = [];
+        const ran = ranTicks(jobs);
+        const schedulers = [-800, 0, 800].map((skew, i) => {
+          const base = f.newInstance(4).executor;
+          const s = createScheduler(
+            createLockClient(i === 0 ? severable(base, () => severed) : base, { schema }),
+            {
+              namespace: schema,
+              owner: `node-${i}`,
+              now: () => Date.now() + skew,
+              distribution: 'owned',
+              memberTtlMs: 1200,
+            },
+          );
+          for (const job of jobs) {
+            s.register(job, '* * * * * *', async (run) => {
+              if (run.mode !== 'transaction') throw new Error('mode');
+              await run.query(`INSERT INTO "${schema}".executions VALUES ($1, $2, $3)`, [
+                job,
+                run.tick.toISOString(),
+                `node-${i}`,
+              ]);
+            });
+          }
+          for (const type of ['ran', 'skipped-held', 'skipped-done'] as const)
+            s.on(type, () => decided.push({ at: Date.now(), node: i, type }));
+          s.on('ran', (event) => ran.record(event));
+          return s;
+        });
+        const from = Date.now();
+        await Promise.all(schedulers.map((s) => s.start()));
+        // Two beats (400 ms) after every start, each member has seen the others.
+        const settled = Date.now() + 1000;
+        // Each step waits for the ticks it needs to have run, not for seconds a loaded machine
+        // stretches; the limits only bound how long a lost tick is waited for.
+        const first = wholeSecondAfter(from) + 2000;
+        await ran.all(first, wholeSecondAfter(Date.now()) + 3000, 20_000);
+        const firstStop = Date.now();
+        await schedulers[1]?.stop({ timeoutMs: 5000 });
+        await ran.all(first, wholeSecondAfter(Date.now()) + 1000, 20_000);
+        // Node 0 dies: its statements fail from here, so it cannot even say goodbye. Its clock is
+        // the latest: the survivor, whose clock is ahead, has fired the ticks it leaves before it
+        // takes its jobs over, and must run them late.
+        severed = true;
+        const death = Date.now();
+        await schedulers[0]?.stop({ timeoutMs: 200 });
+        // Its row expires within a TTL of its last beat; the survivor sees that at its next beat.
+        const last = wholeSecondAfter(death) + 1200 + 2000;
+        await ran.all(first, last, 20_000);
+        await schedulers[2]?.stop({ timeoutMs: 5000 });
+        // While all were up and had seen each other, owners alone decided: each tick once, so
+        // no instance found a tick taken. An instance whose heartbeat is late (a loaded machine)
+        // decides every job until the next one succeeds, by design; so this bounds those extra
+        // decisions rather than forbid them: with every instance deciding, as without 'owned',
+        // two of every three decisions would be skips.
+        const steady = decided.filter((d) => d.at > settled + 800 && d.at < firstStop);
+        const skips = steady.filter((d) => d.type !== 'ran').length;
+        expect(steady.length, 'decisions while all were up').toBeGreaterThanOrEqual(jobs.length);
+        expect(skips, `decisions that found the tick taken, of ${steady.length}`).toBeLessThan(
+          steady.length / 4,
+        );
+        const wrong: string[] = [];
+        for (const job of jobs) {
+          const runs = await executions(schema, job);
+          const counts = new Map(runs.map((r) => [new Date(r.tick).getTime(), r.n]));
+          // Every whole second from the first judged to the last waited for: once, across the
+          // stop and the death (the dead one's ticks run late by its successor).
+          for (let t = first; t <= last; t += 1000) {
+            const n = counts.get(t) ?? 0;
+            if (n !== 1) wrong.push(`${job} at ${new Date(t).toISOString()}: ran ${n} times`);
+          }
+          for (const [t, n] of counts)
+            if (n > 1) wrong.push(`${job} at ${new Date(t).toISOString()}: ran ${n} times`);
+        }
+        expect(wrong).toEqual([]);
+      }),
+    60_000,
   );
 
   test(
@@ -537,4 +625,68 @@ export function schedulerCases<Tx, Session>(
       }),
     workerSeconds * 1000 + 60_000,
   );
+}
+
+/** The first whole second (epoch ms) after `ms`. */
+const wholeSecondAfter = (ms: number) => Math.floor(ms / 1000) * 1000 + 1000;
+
+/**
+ * The per-second ticks that `jobs` ran, on any node (their `ran` events), and a wait until every
+ * job ran every tick of a span: a case waits for the work it judges, not for seconds that a loaded
+ * machine stretches.
+ */
+function ranTicks(jobs: readonly string[]) {
+  const ran = new Set<string>();
+  const complete = (from: number, to: number) => {
+    for (const job of jobs)
+      for (let t = from; t <= to; t += 1000) if (!ran.has(`${job}@${t}`)) return false;
+    return true;
+  };
+  let waiting: (() => void) | undefined;
+  return {
+    record(event: { job: string; tick: Date }): void {
+      ran.add(`${event.job}@${event.tick.getTime()}`);
+      waiting?.();
+    },
+    /**
+     * Resolves once every job ran each whole second in [`from`, `to`]; or after `limitMs`, when a
+     * tick is lost (the case's own check of the ledger then says which).
+     */
+    all(from: number, to: number, limitMs: number): Promise<void> {
+      return new Promise((resolve) => {
+        const done = () => {
+          clearTimeout(limit);
+          waiting = undefined;
+          resolve();
+        };
+        const limit = setTimeout(done, limitMs);
+        waiting = () => {
+          if (complete(from, to)) done();
+        };
+        waiting();
+      });
+    },
+  };
+}
+
+/**
+ * `base`, whose transactions fail once `severed()` says so, as for a process cut off for good: a
+ * scheduler over it can neither run nor say goodbye.
+ */
+function severable<Tx, Session>(
+  base: LockExecutor<Tx, Session>,
+  severed: () => boolean,
+): LockExecutor<Tx, Session> {
+  const executor = Object.create(base) as LockExecutor<Tx, Session>;
+  for (const name of ['transaction', 'pipelinedTransaction', 'firstThenBegin'] as const) {
+    const call: unknown = base[name];
+    if (typeof call !== 'function') continue;
+    Object.defineProperty(executor, name, {
+      value: (...args: unknown[]): Promise<unknown> =>
+        severed()
+          ? Promise.reject(new Error('severed: this instance is gone'))
+          : (Reflect.apply(call, base, args) as Promise<unknown>),
+    });
+  }
+  return executor;
 }
