@@ -44,6 +44,7 @@ import {
   measureCeiling,
   measureClaimModel,
   measureScale,
+  type ScaleDistribution,
   type ScaleReport,
 } from './scale.js';
 
@@ -91,6 +92,8 @@ const { values: flags } = parseArgs({
     json: { type: 'boolean', default: false },
     // The scale run: 8 processes × 1,000 per-second jobs for 30 s (--quick: 2 × 100 for 5 s).
     scale: { type: 'boolean', default: false },
+    // --scale: which instances decide each tick (the scheduler's `distribution` option).
+    distribution: { type: 'string', default: 'every-instance' },
     // Only the lease renewal latency with 0 and 16 contenders on the same lease.
     'lease-renewal': { type: 'boolean', default: false },
     // Only lockkit's own JavaScript per decision, over a driver that answers at once.
@@ -258,9 +261,10 @@ async function main(): Promise<void> {
     memory = measureMemory(url, fileURLToPath(new URL('./memory-probe.mjs', import.meta.url)));
     if (flags.scale) {
       const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+      const distribution = scaleDistribution(flags.distribution);
       scale = flags.quick
-        ? await measureScale(url, worker, 2, 100, 5)
-        : await measureScale(url, worker, 8, 1000, 30);
+        ? await measureScale(url, worker, 2, 100, 5, distribution)
+        : await measureScale(url, worker, 8, 1000, 30, distribution);
     }
     for (const clients of clientCounts) {
       if (clients === 1) {
@@ -605,10 +609,16 @@ async function main(): Promise<void> {
   }
 }
 
+/** The scheduler's `distribution` option from a flag or an environment list entry. */
+function scaleDistribution(raw: string | undefined): ScaleDistribution {
+  if (raw === 'every-instance' || raw === 'owned') return raw;
+  throw new Error(`--distribution must be 'every-instance' or 'owned'; got '${raw}'`);
+}
+
 /** One scale run in a sentence. */
 function describeScale(scale: ScaleReport): string {
   const t = scale.perTick;
-  return `Scale: ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; per tick ${t.decisions} decisions, ${t.transactions} transactions, ${t.statements} statements, ${t.roundTrips} round trips; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; handler start p50 ${scale.handlerStartP50Ms} ms, p99 ${scale.handlerStartP99Ms} ms; ${scale.runs} runs, ${scale.duplicates} ticks run twice, ${scale.notRun} of the window's ${scale.window.ticks} ticks not run by its end; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`;
+  return `Scale (${scale.distribution}): ${scale.processes} processes × ${scale.jobsPerProcess} per-second jobs for ${scale.seconds} s: ${scale.decisions} decisions ${JSON.stringify(scale.outcomes)}; per tick ${t.decisions} decisions, ${t.transactions} transactions, ${t.statements} statements, ${t.roundTrips} round trips; decision latency p50 ${scale.p50Ms} ms, p99 ${scale.p99Ms} ms; handler start p50 ${scale.handlerStartP50Ms} ms, p99 ${scale.handlerStartP99Ms} ms; ${scale.runs} runs, ${scale.duplicates} ticks run twice, ${scale.notRun} of the window's ${scale.window.ticks} ticks not run by its end; peak advisory locks in pg_locks ${scale.peakAdvisoryLocks} (granted ${scale.peakGrantedAdvisoryLocks}) for ${scale.processes * scale.jobsPerProcess} registrations`;
 }
 
 /** A comma-separated list of whole numbers from 1 in `name`, else `fallback`. */
@@ -659,25 +669,29 @@ async function scaleMatrix(url: string): Promise<void> {
     );
   }
   const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
+  const distributions = (process.env.LOCKKIT_BENCH_SCALE_DISTRIBUTIONS ?? 'every-instance,owned')
+    .split(',')
+    .map(scaleDistribution);
   const rows: ScaleReport[] = [];
-  for (const jobs of jobCounts)
-    for (const processes of processCounts) {
-      const r = await measureScale(url, worker, processes, jobs, seconds);
-      rows.push(r);
-      console.log(describeScale(r));
-      if (r.tracePerTick !== undefined) {
-        console.log('  statements per tick, by text:');
-        for (const [text, n] of Object.entries(r.tracePerTick)) console.log(`  ${n}\t${text}`);
+  for (const distribution of distributions)
+    for (const jobs of jobCounts)
+      for (const processes of processCounts) {
+        const r = await measureScale(url, worker, processes, jobs, seconds, distribution);
+        rows.push(r);
+        console.log(describeScale(r));
+        if (r.tracePerTick !== undefined) {
+          console.log('  statements per tick, by text:');
+          for (const [text, n] of Object.entries(r.tracePerTick)) console.log(`  ${n}\t${text}`);
+        }
       }
-    }
   console.log(
-    '\n| processes × jobs | decisions / tick | transactions / tick | statements / tick | round trips / tick | decision p50 / p99 ms | handler start p50 / p99 ms | runs / s | ticks run twice | ticks not run |',
+    '\n| distribution | processes × jobs | decisions / tick | transactions / tick | statements / tick | round trips / tick | decision p50 / p99 ms | handler start p50 / p99 ms | runs / s | ticks run twice | ticks not run |',
   );
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of rows) {
     const t = r.perTick;
     console.log(
-      `| ${r.processes} × ${r.jobsPerProcess} | ${t.decisions} | ${t.transactions} | ${t.statements} | ${t.roundTrips} | ${r.p50Ms} / ${r.p99Ms} | ${r.handlerStartP50Ms} / ${r.handlerStartP99Ms} | ${Math.round(r.runs / r.seconds)} | ${r.duplicates} | ${r.notRun} of ${r.window.ticks} |`,
+      `| ${r.distribution} | ${r.processes} × ${r.jobsPerProcess} | ${t.decisions} | ${t.transactions} | ${t.statements} | ${t.roundTrips} | ${r.p50Ms} / ${r.p99Ms} | ${r.handlerStartP50Ms} / ${r.handlerStartP99Ms} | ${Math.round(r.runs / r.seconds)} | ${r.duplicates} | ${r.notRun} of ${r.window.ticks} |`,
     );
   }
   if (flags.json) console.log(JSON.stringify({ ceiling, models, scale: rows }));

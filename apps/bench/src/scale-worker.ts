@@ -10,19 +10,27 @@
  * - `trace` (with LOCKKIT_BENCH_SCALE_TRACE=1): how often each statement was sent, by its text;
  * - `readyAt` and `stoppedAt` (epoch ms): the window those cover.
  *
- *   node scale-worker.mjs <database url> <schema> <jobs> <name>
+ *   node scale-worker.mjs <database url> <schema> <jobs> <name> [every-instance|owned]
  */
 import { createScheduler } from '@lockkit/core';
 import { createLockKit } from '@lockkit/pg';
 import pg from 'pg';
 import { WireCount } from './wire-count.js';
 
-const [url, schema, jobs, name] = process.argv.slice(2) as [string, string, string, string];
+const [url, schema, jobs, name, distribution = 'every-instance'] = process.argv.slice(2) as [
+  string,
+  string,
+  string,
+  string,
+  string | undefined,
+];
+if (distribution !== 'every-instance' && distribution !== 'owned')
+  throw new Error(`distribution must be 'every-instance' or 'owned', not '${distribution}'`);
 // LOCKKIT_BENCH_SCALE_TRACE=1: the report also counts each statement sent, by its text.
 const wire = WireCount.install(process.env.LOCKKIT_BENCH_SCALE_TRACE === '1');
 const pool = new pg.Pool({ connectionString: url, max: 10, application_name: `scale-${name}` });
 pool.on('error', () => {});
-const scheduler = createScheduler(createLockKit(pool, { schema }), { owner: name });
+const scheduler = createScheduler(createLockKit(pool, { schema }), { owner: name, distribution });
 const latencies: number[] = [];
 const starts: number[] = [];
 const ran: number[] = [];

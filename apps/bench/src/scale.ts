@@ -19,6 +19,8 @@ import { percentile } from './measure.js';
 
 /** What one scale run measured. */
 export interface ScaleReport {
+  /** Which instances decided each tick: every one, or the job's owner (SchedulerOptions). */
+  readonly distribution: ScaleDistribution;
   readonly processes: number;
   readonly jobsPerProcess: number;
   readonly seconds: number;
@@ -160,6 +162,9 @@ async function withScratchSchema<T>(
   }
 }
 
+/** The scheduler's `distribution` option, as the scale run takes it. */
+export type ScaleDistribution = 'every-instance' | 'owned';
+
 /** Runs `processes` workers of `jobs` per-second jobs each for `seconds` against `url`. */
 export async function measureScale(
   url: string,
@@ -167,6 +172,7 @@ export async function measureScale(
   processes: number,
   jobs: number,
   seconds: number,
+  distribution: ScaleDistribution = 'every-instance',
 ): Promise<ScaleReport> {
   return withScratchSchema(
     url,
@@ -179,6 +185,7 @@ export async function measureScale(
         schema,
         String(jobs),
         `p${i}`,
+        distribution,
       ]);
       let peak = 0;
       let peakGranted = 0;
@@ -209,6 +216,7 @@ export async function measureScale(
       const { starts, runs, duplicates, notRun, window, windowSeconds } = tally(reports, jobs);
       const perTick = (n: number) => Math.round((n / windowSeconds) * 10) / 10;
       return {
+        distribution,
         processes,
         jobsPerProcess: jobs,
         seconds,

@@ -31,6 +31,8 @@ interface ChaosWorkerConfig {
   readonly jobs: number;
   /** Lease-mode per-second jobs (the failover run's); default none. */
   readonly leaseJobs?: number;
+  /** The scheduler's `distribution`; default every-instance. */
+  readonly distribution?: 'every-instance' | 'owned';
 }
 
 const say = (message: Record<string, unknown>) =>
@@ -102,6 +104,7 @@ async function main(): Promise<void> {
     owner: config.worker,
     now: () => Date.now() + skewMs,
     catchUpGraceMs: 3000,
+    distribution: config.distribution ?? 'every-instance',
   });
   const record = `INSERT INTO "${config.schema}".executions (job, tick, worker, run_id) VALUES ($1, $2, $3, $4)`;
   // Each attempt's own id, written with its execution row and reported with its 'ran' event: a

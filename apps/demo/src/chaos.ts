@@ -27,6 +27,7 @@ import {
   planFaults,
 } from './chaos-plan.js';
 import { createChaosTables, untilDecided } from './chaos-tables.js';
+import { invariantsHeld } from './chaos-verdict.js';
 import { failoverCommand } from './failover.js';
 import { type FaultProxy, startFaultProxy } from './fault-proxy.js';
 import { onJsonLines } from './json-lines.js';
@@ -38,6 +39,8 @@ const USAGE = `Usage: pnpm chaos [options]
   --workers N      worker processes (default 4)
   --seed N         the fault schedule's seed (default: random; printed, to replay a run)
   --adapter NAME   ${ADAPTERS.join(' | ')} (default pg)
+  --distribution D every-instance | owned: which workers decide each tick (the scheduler's
+                   option; default every-instance)
   --json           print only the verdict, as one JSON object on the last line
   --dump FILE      write every worker event, every fault applied and the ledger's rows to FILE
                    (JSON), to find out why a verdict failed
@@ -56,6 +59,8 @@ interface Options {
   workers: number;
   seed: number;
   adapter: AdapterName;
+  /** The workers' scheduler `distribution`. */
+  distribution: 'every-instance' | 'owned';
   json: boolean;
   /** Where to write the run's events and ledger rows (`--dump`), if anywhere. */
   dump: string | undefined;
@@ -69,6 +74,7 @@ function options(): Options {
       workers: { type: 'string', default: '4' },
       seed: { type: 'string' },
       adapter: { type: 'string', default: 'pg' },
+      distribution: { type: 'string', default: 'every-instance' },
       json: { type: 'boolean', default: false },
       dump: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
@@ -80,12 +86,18 @@ function options(): Options {
   }
   const int = integerOption;
   const adapter = adapterOption(values.adapter);
+  const distribution = values.distribution;
+  if (distribution !== 'every-instance' && distribution !== 'owned') {
+    process.stderr.write(`--distribution must be every-instance or owned, not '${distribution}'\n`);
+    process.exit(2);
+  }
   return {
     ticks: int('ticks', values.ticks, 10, 1_000_000),
     jobs: int('jobs', values.jobs, 1, 50),
     workers: int('workers', values.workers, 2, 16),
     seed: values.seed === undefined ? randomInt(2 ** 31) : int('seed', values.seed, 0, 2 ** 32 - 1),
     adapter,
+    distribution,
     json: values.json,
     dump: values.dump,
   };
@@ -146,7 +158,7 @@ async function main(): Promise<void> {
   const durationMs = WARM_UP_MS + judgedSeconds * 1000 + TAIL_MS;
   const plan = planFaults(o.seed, durationMs, o.workers);
   log(
-    `chaos: seed ${o.seed}, @lockkit/${o.adapter}, ${o.workers} workers, ${o.jobs} per-second jobs, ${Math.round(durationMs / 1000)} s, ${plan.length} faults planned`,
+    `chaos: seed ${o.seed}, @lockkit/${o.adapter}, ${o.workers} workers (${o.distribution}), ${o.jobs} per-second jobs, ${Math.round(durationMs / 1000)} s, ${plan.length} faults planned`,
   );
 
   // A server of our own, durable across crashes like a production one: we restart it.
@@ -166,7 +178,7 @@ async function main(): Promise<void> {
     if (o.json) process.stdout.write(`${JSON.stringify(verdict)}\n`);
     if (!verdict.ok) {
       process.stderr.write(
-        `chaos: invariants violated. Replay: pnpm chaos --seed ${o.seed} --ticks ${o.ticks} --jobs ${o.jobs} --workers ${o.workers} --adapter ${o.adapter}\n`,
+        `chaos: invariants violated. Replay: pnpm chaos --seed ${o.seed} --ticks ${o.ticks} --jobs ${o.jobs} --workers ${o.workers} --adapter ${o.adapter} --distribution ${o.distribution}\n`,
       );
       process.exitCode = 1;
     }
@@ -265,6 +277,7 @@ async function run(
           worker: name,
           skewMs: slot.skewMs,
           jobs: o.jobs,
+          distribution: o.distribution,
         }),
       ],
       { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] },
@@ -611,20 +624,26 @@ async function judge(
     const max = (xs: number[]) => (xs.length ? Math.max(...xs) : null);
     const median = (xs: number[]) =>
       xs.length ? ([...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number) : null;
-    const ok =
-      duplicates === 0 &&
-      missed === 0 &&
-      failed === 0 &&
-      staleWritesAccepted === 0 &&
-      tokenViolations === 0 &&
-      observed.exclusivityViolations === 0 &&
-      leakedLocks === 0 &&
-      leakedConnections === 0 &&
-      FAULT_KINDS.every((k) => (faults[k] ?? 0) > 0);
+    const ok = invariantsHeld(
+      {
+        duplicates,
+        missed,
+        failed,
+        staleWritesAccepted,
+        tokenViolations,
+        exclusivityViolations: observed.exclusivityViolations,
+        leakedLocks,
+        leakedConnections,
+        workerCrashes,
+        faults,
+      },
+      FAULT_KINDS,
+    );
     const verdict = {
       ok,
       seed: o.seed,
       adapter: o.adapter,
+      distribution: o.distribution,
       workers: o.workers,
       jobs: o.jobs,
       ticks: due,
