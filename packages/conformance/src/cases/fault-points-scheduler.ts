@@ -37,6 +37,7 @@ import {
   SCHEDULER_OUTCOMES,
   type Scheduler,
   type SchedulerEvent,
+  SimulatedClock,
 } from '@lockkit/core';
 import { afterAll, expect, onTestFinished } from 'vitest';
 import { judgeLeftovers } from '../fault-invariants.js';
@@ -607,9 +608,15 @@ function tickOperation<Tx, Session>(
         if (run.mode === 'transaction') await run.query(insert, params);
         else await run.lease.fenced((_tx, query) => query(insert, params));
       };
+    // The nodes' timers (a retry after an interrupted run, a follow-up, a watch of a holder) never
+    // fire: on real time, a retry armed by the faulted run fired whenever judging and finishing
+    // took longer than retryDelayMs (a loaded machine), ran the tick beside the finisher, and sent
+    // its statements into the next round's count. The finisher runs every tick that is left.
+    const timers = new SimulatedClock(BASE);
     const node = (owner: string, events: SchedulerEvent[]): Scheduler<Tx> => {
       const scheduler = createScheduler(locks, {
         owner,
+        clock: timers,
         now: clock.now,
         catchUpGraceMs: 0,
         namespace: schema,
@@ -719,6 +726,17 @@ function tickOperation<Tx, Session>(
         return [];
       });
 
+    /**
+     * Stops the round's nodes: the violation when one still runs something a whole watchdog
+     * later, whose statements would go into the next round's count.
+     */
+    const stopNodes = async (): Promise<string[]> => {
+      const stopped = await Promise.all(
+        [a, b].flatMap((n) => (n === undefined ? [] : [n.stop({ timeoutMs: WATCHDOG_MS })])),
+      );
+      const still = stopped.reduce((sum, s) => sum + s.stillRunning, 0);
+      return still === 0 ? [] : [`${still} run(s) still going ${WATCHDOG_MS} ms after stop()`];
+    };
     return {
       start: () => a.runTick(job, at(fired)).catch(() => {}),
       outcome: () => {
@@ -757,7 +775,7 @@ function tickOperation<Tx, Session>(
             instance.executor.transaction(({ query }) => query('SELECT 1')).catch(() => {}),
           );
           if (!warmed) found.push(`the pool did not answer SELECT 1 within ${WATCHDOG_MS} ms`);
-          await a.stop({ timeoutMs: 100 });
+          found.push(...(await stopNodes()));
           return found;
         }
         if (mode === 'lease') {
@@ -786,7 +804,7 @@ function tickOperation<Tx, Session>(
           if (n !== e.runs)
             found.push(`finished, the work of tick ${second} committed ${n} times, not ${e.runs}`);
         }
-        await Promise.all([a.stop({ timeoutMs: 100 }), b?.stop({ timeoutMs: 100 })]);
+        found.push(...(await stopNodes()));
         return found;
       },
       normalize: (text) => text,
