@@ -35,7 +35,13 @@ describe('lockkit migrate', () => {
       `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1`,
       [schema],
     );
-    expect(rows.map((r) => r.table_name)).toEqual(['leases', 'migrations', 'runs', 'schedules']);
+    expect(rows.map((r) => r.table_name)).toEqual([
+      'leases',
+      'migrations',
+      'runs',
+      'scheduler_members',
+      'schedules',
+    ]);
     const again = run(['migrate', '--schema', schema], { DATABASE_URL: testDatabaseUrl() });
     expect(again.status).toBe(0);
     expect(again.stdout).toContain(`schema "${schema}" is up to date`);
