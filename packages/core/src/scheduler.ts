@@ -512,6 +512,12 @@ export class Scheduler<Tx> {
    * `watchHolder`): at most one a job.
    */
   private readonly holderWatches = new Map<string, ClockTimer>();
+  /**
+   * By job name, the drain running on this node, and whether a drain was asked for while it ran
+   * (`again`: it then looks once more when it is done). One at a time a job: several would all go
+   * for the same oldest tick, and all but one find it done after waiting on the job's lock.
+   */
+  private readonly draining = new Map<string, { again: boolean; done: Promise<void> }>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -1275,8 +1281,42 @@ export class Scheduler<Tx> {
    * PENDING tick left because it is not yet due on this node's clock (a retry's delay; a tick
    * queued by a node whose clock runs ahead, due at its own time) gets a follow-up here at its due
    * time: this node may be the last to look at it, and nobody else would before the job fires again.
+   *
+   * One drain a job at a time on this node: a drain asked for while one runs makes it look once
+   * more when done, and resolves then. Runs that end while a drain waits on the job's lock (a
+   * loaded machine) would otherwise each start one, all at the same oldest tick; all but one find
+   * it done after their wait, and the ticks behind it starve. Rejects with a pass's first failure.
    */
-  private async drain(job: Job<Tx>): Promise<void> {
+  private drain(job: Job<Tx>): Promise<void> {
+    const running = this.draining.get(job.name);
+    if (running !== undefined) {
+      // Served by the running drain's next look; its failure is reported by whoever started it.
+      running.again = true;
+      return running.done.catch(() => {});
+    }
+    const state: { again: boolean; done: Promise<void> } = {
+      again: false,
+      done: Promise.resolve(),
+    };
+    this.draining.set(job.name, state);
+    state.done = (async () => {
+      let failure: { error: unknown } | undefined;
+      do {
+        state.again = false;
+        try {
+          await this.drainOnce(job);
+        } catch (error) {
+          failure ??= { error };
+        }
+      } while (state.again && !this.stopping.signal.aborted);
+      this.draining.delete(job.name);
+      if (failure !== undefined) throw failure.error;
+    })();
+    return state.done;
+  }
+
+  /** One drain's pass: see {@link drain}. */
+  private async drainOnce(job: Job<Tx>): Promise<void> {
     const tried = new Set<number>();
     while (!this.stopping.signal.aborted) {
       const next = await this.query((q) => this.ledger.nextPending(q, job, new Date(this.now())));
