@@ -513,11 +513,11 @@ export class Scheduler<Tx> {
    */
   private readonly holderWatches = new Map<string, ClockTimer>();
   /**
-   * By job name, the drain running on this node, and whether a drain was asked for while it ran
-   * (`again`: it then looks once more when it is done). One at a time a job: several would all go
-   * for the same oldest tick, and all but one find it done after waiting on the job's lock.
+   * By job name, the drain pass running on this node (`done`), and the one pass asked for while it
+   * runs (`next`, started when it ends). One at a time a job: several would all go for the same
+   * oldest tick, and all but one find it done after waiting on the job's lock.
    */
-  private readonly draining = new Map<string, { again: boolean; done: Promise<void> }>();
+  private readonly draining = new Map<string, { done: Promise<void>; next?: Promise<void> }>();
   private readonly stopping = new AbortController();
   private readonly owner: string;
   private readonly clock: Clock;
@@ -1282,37 +1282,30 @@ export class Scheduler<Tx> {
    * queued by a node whose clock runs ahead, due at its own time) gets a follow-up here at its due
    * time: this node may be the last to look at it, and nobody else would before the job fires again.
    *
-   * One drain a job at a time on this node: a drain asked for while one runs makes it look once
-   * more when done, and resolves then. Runs that end while a drain waits on the job's lock (a
-   * loaded machine) would otherwise each start one, all at the same oldest tick; all but one find
-   * it done after their wait, and the ticks behind it starve. Rejects with a pass's first failure.
+   * One pass a job at a time on this node. A drain asked for while a pass runs is served by one
+   * more pass, started when the running one ends, and resolves with it; every later request while
+   * that pass waits joins it. Runs that end while a pass waits on the job's lock (a loaded machine)
+   * would otherwise each start one, all at the same oldest tick; all but one find it done after
+   * their wait, and the ticks behind it starve. Each pass's failure reaches the caller that asked
+   * for it, who reports it with its own tick; callers that joined get it quietly.
    */
   private drain(job: Job<Tx>): Promise<void> {
     const running = this.draining.get(job.name);
     if (running !== undefined) {
-      // Served by the running drain's next look; its failure is reported by whoever started it.
-      running.again = true;
-      return running.done.catch(() => {});
+      if (running.next !== undefined) return running.next.catch(() => {});
+      // Its map entry is gone by then (removed as the pass settles, before this reaction runs).
+      running.next = running.done.then(
+        () => this.drain(job),
+        () => this.drain(job),
+      );
+      return running.next;
     }
-    const state: { again: boolean; done: Promise<void> } = {
-      again: false,
-      done: Promise.resolve(),
-    };
-    this.draining.set(job.name, state);
-    state.done = (async () => {
-      let failure: { error: unknown } | undefined;
-      do {
-        state.again = false;
-        try {
-          await this.drainOnce(job);
-        } catch (error) {
-          failure ??= { error };
-        }
-      } while (state.again && !this.stopping.signal.aborted);
-      this.draining.delete(job.name);
-      if (failure !== undefined) throw failure.error;
-    })();
-    return state.done;
+    const pass: { done: Promise<void>; next?: Promise<void> } = { done: Promise.resolve() };
+    this.draining.set(job.name, pass);
+    pass.done = this.drainOnce(job).finally(() => {
+      if (this.draining.get(job.name) === pass) this.draining.delete(job.name);
+    });
+    return pass.done;
   }
 
   /** One drain's pass: see {@link drain}. */

@@ -36,7 +36,8 @@ const isPendingLookup = (text: string) =>
 
 /**
  * `executor`, with every PENDING lookup held, once `arm()` was called, until `release()`; `held`
- * counts the lookups held.
+ * counts the lookups held. Each lookup after the release takes the next of `failures`, if any,
+ * and fails with it instead of running.
  */
 function holdingPendingLookups(executor: LockExecutor<pg.PoolClient, pg.PoolClient>) {
   let armed = false;
@@ -51,6 +52,7 @@ function holdingPendingLookups(executor: LockExecutor<pg.PoolClient, pg.PoolClie
       armed = true;
     },
     release: () => open(),
+    failures: [] as Error[],
     /** Resolves once `n` lookups were asked. */
     until: (n: number) =>
       new Promise<void>((resolve) => {
@@ -69,6 +71,8 @@ function holdingPendingLookups(executor: LockExecutor<pg.PoolClient, pg.PoolClie
               state.held++;
               for (const check of asked.splice(0)) check();
               await gate;
+              const failure = state.failures.shift();
+              if (failure !== undefined) throw failure;
             }
             return ctx.query(text, params);
           },
@@ -135,6 +139,53 @@ it('runs a PENDING tick once on a node whose runs asked for drains while its dra
       [p1],
     );
     expect(rows).toEqual([{ status: 'SUCCEEDED', attempt: 2 }]);
+  } finally {
+    lookups.release();
+    await scheduler.stop({ timeoutMs: 5000 });
+  }
+});
+
+it('reports every failed drain pass, each with the tick of the run that asked for it — a drain joined while one runs is not silenced', async () => {
+  const BASE = Date.UTC(2026, 0, 2, 0, 0, 0);
+  const { executor, lookups } = holdingPendingLookups(poolExecutor(pool));
+  const locks = createLockClient(executor, { schema, engineSelfTest: false });
+  await locks.migrate();
+  const scheduler = createScheduler(locks, {
+    clock: new SimulatedClock(BASE),
+    now: () => BASE + 5000,
+  });
+  const events: SchedulerEvent[] = [];
+  for (const type of ['ran', 'error'] as const) scheduler.on(type, (event) => events.push(event));
+  scheduler.register('reported', '* * * * * *', () => {});
+  await scheduler.start();
+  try {
+    lookups.failures.push(new Error('boom-1'), new Error('boom-2'));
+    lookups.arm();
+    const t1 = new Date(BASE + 1000);
+    const t2 = new Date(BASE + 2000);
+    // t1 runs and its drain's lookup is held; t2 runs meanwhile and asks for a drain too.
+    const first = scheduler.runTick('reported', t1);
+    await lookups.until(1);
+    const second = scheduler.runTick('reported', t2);
+    await new Promise<void>((resolve) => {
+      const look = () =>
+        events.some((e) => e.type === 'ran' && e.tick.getTime() === t2.getTime())
+          ? resolve()
+          : setImmediate(look);
+      look();
+    });
+    await new Promise((r) => setImmediate(r));
+    // The held lookup fails (boom-1); the pass t2 asked for then runs, and its lookup fails too.
+    lookups.release();
+    await Promise.all([first, second]);
+    const errors = events.flatMap((e) =>
+      e.type === 'error' ? [[(e.error as Error).message, e.tick.getTime()]] : [],
+    );
+    expect(errors).toEqual([
+      ['boom-1', t1.getTime()],
+      ['boom-2', t2.getTime()],
+    ]);
+    expect(lookups.held).toBe(2);
   } finally {
     lookups.release();
     await scheduler.stop({ timeoutMs: 5000 });
