@@ -33,7 +33,14 @@
  * Connections are adopted when lockkit learns of them — a lease's first statement in
  * `@lockkit/postgres`, every statement of a lockkit transaction in `@lockkit/drizzle` (postgres.js
  * hands the connection to the query's `onexecute`) — and, from the first close of an adopted one
- * on, every connection that passes through the pool's closed queue. The shield also tells a lease
+ * on, every connection that passes through the pool's closed queue; and, once `ready()` learned the
+ * pool's connecting queue (its first call, on a pool with no open connection), every connection
+ * the pool is about to connect. Until connects are watched, a connect made for a `sql.reserve()` is
+ * postgres.js's alone: it sets the reserve aside for its array-type fetch, and a link cut during the
+ * fetch leaves that fetch's rejection unhandled (which ends the process) and the reserve unserved
+ * (its caller waits forever); made for lockkit's throwaway, the same cut only reconnects. On a
+ * pool the application opened connections on before lockkit's first call, connects are watched
+ * from the first close of an adopted connection on. The shield also tells a lease
  * at once that its connection closed (a microtask after postgres.js reported it), so that
  * lockkit's dead-backend check need not ask the server about it. These are postgres.js internals, each
  * checked before use: where one is missing, nothing is wrapped and postgres.js behaves as it does.
@@ -80,7 +87,11 @@ interface PostgresQueryObjectLike {
 
 /** The part of the postgres.js instance used: the throwaway queries, the close hook. */
 export interface ShieldSqlLike {
-  unsafe(text: string): unknown;
+  unsafe(
+    text: string,
+    params?: unknown[],
+    options?: { readonly onexecute?: (connection: unknown) => boolean },
+  ): unknown;
   readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
 }
 
@@ -101,6 +112,15 @@ export interface StaleFatalShield {
    * its close).
    */
   closeState(connection: unknown, lost: (error: unknown) => void): 'open' | 'closed' | 'unknown';
+  /**
+   * What a `sql.reserve()` must wait for first, or undefined: nothing once the shield sees every
+   * connect of the pool before it starts. Until then, a connect made for a reserve runs
+   * postgres.js's array-type fetch with the reserve set aside, and a link cut during that fetch
+   * leaves the fetch's rejection unhandled (the process ends) and the reserve unserved for good.
+   * The first call sends one query of its own through the pool to learn where the pool puts a
+   * connection it connects.
+   */
+  ready(): Promise<void> | undefined;
 }
 
 const isQueue = (value: unknown): value is PostgresQueueLike =>
@@ -137,6 +157,10 @@ class Shield implements StaleFatalShield {
   private readonly adopted = new Map<unknown, PostgresConnectionLike>();
   private readonly pending = new Map<PostgresConnectionLike, Pending>();
   private closedQueueWrapped = false;
+  /** The pool's connecting queue is wrapped: every connection is adopted before it connects. */
+  private connectsWatched = false;
+  /** The query sent to learn the connecting queue, while it runs; settled: tried once. */
+  private learning: Promise<void> | undefined;
   /** The connection the pool last drew from its closed queue (it connects it at once). */
   private drawn: unknown;
   private readonly listeners = new Map<unknown, Set<(error: unknown) => void>>();
@@ -207,6 +231,53 @@ class Shield implements StaleFatalShield {
       c.reserved = null;
       this.fail(waiting.request, waiting.failure.error);
     }
+  }
+
+  ready(): Promise<void> | undefined {
+    if (this.closedQueueWrapped || this.connectsWatched) return undefined;
+    this.learning ??= this.learnConnects();
+    return this.learning;
+  }
+
+  /**
+   * Sends `SELECT 1` through the pool. On a pool with no open connection, postgres.js connects one
+   * for it, and runs it there as the connect's first request (a link cut during the array-type
+   * fetch then reconnects for it, which is harmless): when it is handed over to be sent, after a
+   * turn of the event loop at least, its connection is still in the pool's connecting queue,
+   * where the pool puts every connection just before connecting it. That queue is wrapped so that
+   * each is adopted (its connect wrapped) first. Sent at once on an open connection, it learns
+   * nothing, and is not sent again: connects are watched once a connection lockkit adopted
+   * closes (see `closed`). A failed query (no server) is tried again by the next call.
+   */
+  private async learnConnects(): Promise<void> {
+    let turned = false;
+    const turn = setImmediate(() => {
+      turned = true;
+    });
+    try {
+      await this.sql.unsafe('SELECT 1', [], {
+        onexecute: (candidate: unknown) => {
+          if (turned && isConnection(candidate) && isQueue(candidate.queue))
+            this.watchConnects(candidate.queue);
+          return this.capture.onexecute(candidate);
+        },
+      });
+    } catch {
+      this.learning = undefined;
+    } finally {
+      clearImmediate(turn);
+    }
+  }
+
+  /** Adopts every connection the pool puts in its connecting `queue`, before it connects it. */
+  private watchConnects(queue: PostgresQueueLike): void {
+    if (this.connectsWatched) return;
+    this.connectsWatched = true;
+    const push = queue.push.bind(queue);
+    queue.push = (item: unknown) => {
+      if (isConnection(item)) this.adopt(item);
+      return push(item);
+    };
   }
 
   private wrapClosedQueue(queue: PostgresQueueLike): void {

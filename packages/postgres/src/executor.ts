@@ -189,6 +189,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
 
   async function lease(): Promise<Lease<R>> {
     nested.check();
+    // Until the shield sees the pool's connects, a reserve that connects is at postgres.js's
+    // mercy (a link cut during its array-type fetch ends the process and loses the reserve).
+    const learning = shield.ready();
+    if (learning !== undefined) await learning;
     const reserved = await sql.reserve();
     const watched: WatchedLease = { pid: undefined, fate: new ConnectionFate() };
     const unwatch = watch.add(watched);
