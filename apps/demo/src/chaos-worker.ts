@@ -192,6 +192,12 @@ main().catch((error: unknown) => {
 });
 // A rejection nobody handled would end the process with only the error's stack, which for a
 // driver's socket error names no query: say which promise it was (a postgres.js query has its text).
+// An exception nobody caught (a driver's timer, say) ends the process too: a crash the verdict
+// must count, not a worker that merely went quiet.
+process.on('uncaughtException', (error: unknown) => {
+  say({ type: 'fatal', error: `uncaught exception: ${inspect(error, { depth: 4 })}` });
+  process.exit(1);
+});
 process.on('unhandledRejection', (error: unknown, promise: Promise<unknown>) => {
   const p = promise as Promise<unknown> & { strings?: unknown };
   const what = `${p.constructor?.name ?? 'Promise'}${p.strings === undefined ? '' : ` ${JSON.stringify(p.strings)}`}`;
