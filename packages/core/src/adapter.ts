@@ -29,6 +29,7 @@ export { endOnLoss, type LossEndableClientLike } from './end-on-loss.js';
 export { TaskFailure } from './lock-engine.js';
 export { NestedCallGuard } from './nested-call.js';
 export {
+  type ShieldReservedLike,
   type ShieldSqlLike,
   type StaleFatalShield,
   staleFatalShield,

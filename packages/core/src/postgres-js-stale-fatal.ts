@@ -33,20 +33,24 @@
  * Connections are adopted when lockkit learns of them — a lease's first statement in
  * `@lockkit/postgres`, every statement of a lockkit transaction in `@lockkit/drizzle` (postgres.js
  * hands the connection to the query's `onexecute`) — and, from the first close of an adopted one
- * on, every connection that passes through the pool's closed queue; and, once `ready()` learned the
- * pool's connecting queue (its first call, on a pool with no open connection), every connection
- * the pool is about to connect. Until connects are watched, a connect made for a `sql.reserve()` is
- * postgres.js's alone: it sets the reserve aside for its array-type fetch, and a link cut during the
- * fetch leaves that fetch's rejection unhandled (which ends the process) and the reserve unserved
- * (its caller waits forever); made for lockkit's throwaway, the same cut only reconnects. On a
- * pool the application opened connections on before lockkit's first call, connects are watched
- * from the first close of an adopted connection on. The shield also tells a lease
+ * on, every connection that passes through the pool's closed queue; and every connection the pool
+ * puts in a queue the shield has found (see `watchQueue`), the connecting queue among them — where
+ * the pool puts a connection just before it connects it. Until that one is found, a connect made
+ * for a `sql.reserve()` is postgres.js's alone: it sets the reserve aside for its array-type fetch,
+ * and a link cut during the fetch leaves that fetch's rejection unhandled (which ends the process)
+ * and the reserve unserved (its caller waits forever); made for lockkit's throwaway, the same cut
+ * only reconnects. `ready()`, awaited before every reserve, finds it with lockkit's first call on a
+ * pool with no open connection, and finds the closed queue in any case, by closing one connection
+ * of its own once; after that, connects skip the array-type fetch (see `skipTypeRefetch`), whose
+ * failure postgres.js leaves unhandled whatever the request. The shield also tells a lease
  * at once that its connection closed (a microtask after postgres.js reported it), so that
  * lockkit's dead-backend check need not ask the server about it. These are postgres.js internals, each
  * checked before use: where one is missing, nothing is wrapped and postgres.js behaves as it does.
  *
  * @packageDocumentation
  */
+
+import { isConnectionLoss } from './connection-loss.js';
 
 /** A queue of postgres.js's pool (open, closed, reserved…), as used here. */
 interface PostgresQueueLike {
@@ -64,12 +68,17 @@ interface PostgresConnectionLike {
   connect?: (request: unknown) => void;
   /** Runs a query now (or pipelines it); what the pool and `sql.reserve()` call. */
   execute?: (query: unknown) => unknown;
+  /** Ends the connection at once: its socket closes, and the pool moves it to its closed queue. */
+  terminate?: () => void;
   /**
    * Called at ReadyForQuery instead of the pool's `onopen` while set: with `release` set, always;
    * without it, only inside a transaction (when idle, postgres.js clears it and calls `onopen`).
    */
   reserved?: (((...args: never[]) => unknown) & { release?: boolean }) | null;
 }
+
+/** How long `ready()` waits for the pool to report the close of the connection it closed. */
+const RECYCLE_WAIT_MS = 5000;
 
 /** A request waiting in postgres.js's pool for a connection: a `sql.reserve()`. */
 interface PostgresReserveRequestLike {
@@ -92,7 +101,19 @@ export interface ShieldSqlLike {
     params?: unknown[],
     options?: { readonly onexecute?: (connection: unknown) => boolean },
   ): unknown;
+  /** `sql.reserve()`: used by `ready()` only, on a pool that had connections before lockkit. */
+  reserve?: () => Promise<ShieldReservedLike>;
   readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
+}
+
+/** A reserved postgres.js `sql`, as `ready()` uses it. */
+export interface ShieldReservedLike {
+  unsafe(
+    text: string,
+    params?: unknown[],
+    options?: { readonly onexecute?: (connection: unknown) => boolean },
+  ): PromiseLike<unknown>;
+  release(): void;
 }
 
 /** Lockkit's view of one postgres.js pool's connections; see the module comment. */
@@ -117,8 +138,8 @@ export interface StaleFatalShield {
    * connect of the pool before it starts. Until then, a connect made for a reserve runs
    * postgres.js's array-type fetch with the reserve set aside, and a link cut during that fetch
    * leaves the fetch's rejection unhandled (the process ends) and the reserve unserved for good.
-   * The first call sends one query of its own through the pool to learn where the pool puts a
-   * connection it connects.
+   * The first call sends one query of its own through the pool, then reserves a connection and
+   * closes it, to find the pool's queues; it rejects when that fails (the next call tries again).
    */
   ready(): Promise<void> | undefined;
 }
@@ -157,10 +178,15 @@ class Shield implements StaleFatalShield {
   private readonly adopted = new Map<unknown, PostgresConnectionLike>();
   private readonly pending = new Map<PostgresConnectionLike, Pending>();
   private closedQueueWrapped = false;
-  /** The pool's connecting queue is wrapped: every connection is adopted before it connects. */
+  /** The pool queues whose `push` adopts (see `watchQueue`). */
+  private readonly watchedQueues = new WeakSet<object>();
+  /** The pool's connecting queue is watched: every connection is adopted before it connects. */
   private connectsWatched = false;
-  /** The query sent to learn the connecting queue, while it runs; settled: tried once. */
+  /** `ready()`'s work while it runs; `learned` once it is done (it is done once). */
   private learning: Promise<void> | undefined;
+  private learned = false;
+  /** Called once the closed queue is wrapped (see `recycle`). */
+  private onClosedQueueWrapped: (() => void) | undefined;
   /** The connection the pool last drew from its closed queue (it connects it at once). */
   private drawn: unknown;
   private readonly listeners = new Map<unknown, Set<(error: unknown) => void>>();
@@ -169,7 +195,10 @@ class Shield implements StaleFatalShield {
 
   readonly capture = {
     onexecute: (candidate: unknown): boolean => {
-      if (isConnection(candidate)) this.adopt(candidate);
+      if (isConnection(candidate)) {
+        this.adopt(candidate);
+        if (isQueue(candidate.queue)) this.watchQueue(candidate.queue);
+      }
       // What postgres.js reads from `onexecute`: the connection may take more queries.
       return true;
     },
@@ -234,22 +263,39 @@ class Shield implements StaleFatalShield {
   }
 
   ready(): Promise<void> | undefined {
-    if (this.closedQueueWrapped || this.connectsWatched) return undefined;
-    this.learning ??= this.learnConnects();
+    if (this.allConnectsAdopted() || this.learned) return undefined;
+    this.learning ??= this.learnQueues().then(
+      () => {
+        this.learned = true;
+      },
+      (error: unknown) => {
+        this.learning = undefined;
+        throw error;
+      },
+    );
     return this.learning;
   }
 
+  /** Whether every connect of the pool runs lockkit's throwaway first. */
+  private allConnectsAdopted(): boolean {
+    return this.closedQueueWrapped || this.connectsWatched;
+  }
+
   /**
-   * Sends `SELECT 1` through the pool. On a pool with no open connection, postgres.js connects one
-   * for it, and runs it there as the connect's first request (a link cut during the array-type
-   * fetch then reconnects for it, which is harmless): when it is handed over to be sent, after a
-   * turn of the event loop at least, its connection is still in the pool's connecting queue,
-   * where the pool puts every connection just before connecting it. That queue is wrapped so that
-   * each is adopted (its connect wrapped) first. Sent at once on an open connection, it learns
-   * nothing, and is not sent again: connects are watched once a connection lockkit adopted
-   * closes (see `closed`). A failed query (no server) is tried again by the next call.
+   * Finds the pool's queues, so that every later connect is lockkit's (see `ready`). First
+   * `SELECT 1` through the pool. On a pool with no open connection, postgres.js connects one for it
+   * and runs it as the connect's own request (a link cut during the array-type fetch then
+   * reconnects for it, which is harmless); handed over to be sent only after the connect's round
+   * trips, hence after a turn of the event loop, it finds its connection still in the connecting
+   * queue, where the pool puts every connection just before it connects it: watched from then on.
+   * Sent at once instead (an open connection took it), it finds no connect to learn from. Then, in
+   * either case, lockkit reserves a connection — which nobody else can be handed — and closes it:
+   * the close puts it in the pool's closed queue, which every connect draws from, and which is
+   * wrapped then (one connection reconnects once in the life of the pool). A failure (no server)
+   * rejects: the caller's call fails with it, and the next call tries again, for a reserve made
+   * before would be postgres.js's alone.
    */
-  private async learnConnects(): Promise<void> {
+  private async learnQueues(): Promise<void> {
     let turned = false;
     const turn = setImmediate(() => {
       turned = true;
@@ -257,31 +303,88 @@ class Shield implements StaleFatalShield {
     try {
       await this.sql.unsafe('SELECT 1', [], {
         onexecute: (candidate: unknown) => {
-          if (turned && isConnection(candidate) && isQueue(candidate.queue))
-            this.watchConnects(candidate.queue);
+          if (turned && isConnection(candidate) && isQueue(candidate.queue)) {
+            this.watchQueue(candidate.queue);
+            this.connectsWatched = true;
+          }
           return this.capture.onexecute(candidate);
         },
       });
-    } catch {
-      this.learning = undefined;
     } finally {
       clearImmediate(turn);
     }
+    if (!this.closedQueueWrapped) await this.recycle();
   }
 
-  /** Adopts every connection the pool puts in its connecting `queue`, before it connects it. */
-  private watchConnects(queue: PostgresQueueLike): void {
-    if (this.connectsWatched) return;
-    this.connectsWatched = true;
+  /**
+   * Reserves a connection and closes it (see `learnQueues`); resolves once the pool reported the
+   * close (its closed queue is then wrapped), or after a few seconds if it never does (its
+   * internals not as expected).
+   */
+  private async recycle(): Promise<void> {
+    const reserve = this.sql.reserve;
+    if (typeof reserve !== 'function') return;
+    const reserved = await reserve.call(this.sql);
+    let connection: PostgresConnectionLike | undefined;
+    try {
+      await reserved.unsafe('SELECT 1', [], {
+        onexecute: (candidate: unknown) => {
+          if (isConnection(candidate)) connection = candidate;
+          return this.capture.onexecute(candidate);
+        },
+      });
+    } catch (error) {
+      // A lost connection is in postgres.js's closed queue already (or about to be): not handed
+      // back, or the next query on it would crash the process.
+      if (!isConnectionLoss(error)) reserved.release();
+      throw error;
+    }
+    if (
+      connection === undefined ||
+      typeof connection.terminate !== 'function' ||
+      this.adopted.get(connection.id) !== connection
+    ) {
+      reserved.release();
+      return;
+    }
+    const wrapped = new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, RECYCLE_WAIT_MS);
+      this.onClosedQueueWrapped = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+    // Still reserved, so nobody can draw it; never released: the close moves it to the closed
+    // queue, from where the pool reconnects it when it needs it (through lockkit's throwaway).
+    connection.terminate();
+    await wrapped;
+    this.onClosedQueueWrapped = undefined;
+  }
+
+  /**
+   * Adopts every connection the pool puts in `queue` from now on (before anything else happens to
+   * it: the pool connects a connection right after putting it in its connecting queue), and
+   * watches the queue each one leaves: postgres.js moves a connection by pushing it onto its new
+   * queue before it records the move, so the connection still names the queue it leaves. Every
+   * queue a connection passes through is found so, the connecting queue at the latest when the
+   * first connect after this one completes.
+   */
+  private watchQueue(queue: PostgresQueueLike): void {
+    if (this.watchedQueues.has(queue)) return;
+    this.watchedQueues.add(queue);
     const push = queue.push.bind(queue);
     queue.push = (item: unknown) => {
-      if (isConnection(item)) this.adopt(item);
+      if (isConnection(item)) {
+        this.adopt(item);
+        if (isQueue(item.queue)) this.watchQueue(item.queue);
+      }
       return push(item);
     };
   }
 
   private wrapClosedQueue(queue: PostgresQueueLike): void {
     this.closedQueueWrapped = true;
+    this.onClosedQueueWrapped?.();
     const push = queue.push.bind(queue);
     const shift = queue.shift.bind(queue);
     queue.push = (item: unknown) => {
@@ -303,6 +406,7 @@ class Shield implements StaleFatalShield {
     if (typeof original !== 'function') return;
     this.adopted.set(c.id, c);
     c.connect = (request: unknown) => {
+      this.skipTypeRefetch();
       const throwaway = this.throwaway();
       if (throwaway === undefined) {
         original.call(c, request);
@@ -347,6 +451,30 @@ class Shield implements StaleFatalShield {
       };
       original.call(c, throwaway);
     };
+  }
+
+  /**
+   * Once the pool has fetched its array types and every connect is lockkit's, connects skip the
+   * fetch (`fetch_types` off). postgres.js fetches on every connect, though the types it learns
+   * are the pool's, shared by its connections; and it drops the fetch's promise, so a fetch that
+   * fails — a link reset, a FATAL from a restart or a terminated backend while it runs — is an
+   * unhandled rejection, which ends the process. Not before every connect is lockkit's: a connect
+   * postgres.js makes for a `sql.reserve()` without the fetch never serves the reserve.
+   */
+  private skipTypeRefetch(): void {
+    const options = this.sql.options as {
+      fetch_types?: unknown;
+      shared?: { typeArrayMap?: unknown };
+    };
+    const types = options.shared?.typeArrayMap;
+    if (
+      options.fetch_types === true &&
+      this.closedQueueWrapped &&
+      typeof types === 'object' &&
+      types !== null &&
+      Object.keys(types).length > 0
+    )
+      options.fetch_types = false;
   }
 
   /** A `SELECT 1` postgres.js never sends through the pool (it is run by one connection). */

@@ -298,6 +298,10 @@ export function drizzleExecutor<Tx extends DrizzleTransactionLike, Session = nev
           );
         }
       }
+      // postgres.js: until the shield knows the pool's queues, a connection the pool opens fetches
+      // its array types, whose failure postgres.js leaves unhandled (the process ends).
+      const learning = shield?.ready();
+      if (learning !== undefined) await learning;
       const fate = new ConnectionFate();
       let running: Promise<T> | undefined;
       try {

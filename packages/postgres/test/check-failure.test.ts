@@ -29,10 +29,7 @@ describe('a dead-backend check the pool cannot answer while a task holds its loc
       const url = new URL(testDatabaseUrl());
       url.username = role;
       url.password = password;
-      let closed!: () => void;
-      const closeSeen = new Promise<void>((resolve) => {
-        closed = resolve;
-      });
+      let closed: () => void = () => {};
       // Called after lockkit's own hooks on the same option: the check has begun by then.
       const sql = postgres(url.toString(), {
         max: 2,
@@ -50,6 +47,12 @@ describe('a dead-backend check the pool cannot answer while a task holds its loc
           )
         ).rows.map((r) => r.pid);
       try {
+        // Lockkit's first call learns the pool (it closes one connection it reserved): done before
+        // the slots are set up.
+        await locks.withLock(LockKey.fromNames('check-failure', 'warm'), async () => undefined);
+        const closeSeen = new Promise<void>((resolve) => {
+          closed = resolve;
+        });
         // Both slots open: the second is idle in the pool.
         const first = await sql.reserve();
         const second = await sql.reserve();

@@ -17,6 +17,17 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
   const sql = postgres(url, { max: poolSize, prepare, onnotice: () => {} });
   const open = new Map<PostgresReservedLike, { pid?: number | undefined; dead?: boolean }>();
   let looking: postgres.Sql | undefined;
+  // Which reserve holds which postgres.js connection (seen by the `onexecute` lockkit passes with a
+  // reserve's first statement), and the pool's close hook: a reserve whose connection closed is not
+  // out any more, released or not (lockkit's first call closes one connection it reserved, to learn
+  // the pool's queues; postgres.js has it in its closed queue then).
+  const holders = new Map<unknown, { dead?: boolean }>();
+  const onclose = sql.options.onclose;
+  sql.options.onclose = (connectionId: number) => {
+    const holder = holders.get(connectionId);
+    if (holder !== undefined) holder.dead = true;
+    if (typeof onclose === 'function') onclose(connectionId);
+  };
   const counted = {
     unsafe: sql.unsafe.bind(sql),
     options: sql.options,
@@ -25,8 +36,23 @@ function instance(url: string, poolSize: number, prepare: boolean, transactionPo
       const entry: { pid?: number | undefined; dead?: boolean } = {};
       open.set(reserved, entry);
       const unsafe = reserved.unsafe.bind(reserved);
-      reserved.unsafe = ((text: string, params?: never[], options?: object) => {
-        const pending = unsafe(text, params, options);
+      reserved.unsafe = ((
+        text: string,
+        params?: never[],
+        options?: { onexecute?: (connection: unknown) => boolean },
+      ) => {
+        const onexecute = options?.onexecute;
+        const seen =
+          typeof onexecute === 'function'
+            ? {
+                ...options,
+                onexecute: (connection: unknown) => {
+                  holders.set((connection as { id?: unknown } | null)?.id, entry);
+                  return onexecute(connection);
+                },
+              }
+            : options;
+        const pending = unsafe(text, params, seen as never);
         void Promise.resolve(pending).catch((error: unknown) => {
           if (isConnectionLoss(error)) entry.dead = true;
         });

@@ -1,13 +1,16 @@
 // postgres.js 3.4 starts every new connection with a query of its own, the array-type fetch
-// (`fetch_types`, on by default). When the connection was opened for a `sql.reserve()` — every
-// lockkit call here reserves — postgres.js sets the reserve aside for that fetch, and a link that
-// closes during it (a proxy's idle cut, a failover, a network blip) rejects the fetch's promise,
-// which nothing handles: an unhandled rejection, which ends a Node process by default. And the
-// slot reconnects for the reserve, which postgres.js then forgets: the lockkit call never settles.
-// Seen in `pnpm chaos --adapter postgres` (a worker's pool, fresh after a kill, cut by a drop
-// fault): "unhandled rejection of Promise: Error: write CONNECTION_CLOSED".
+// (`fetch_types`, on by default), and drops its promise. When the connection was opened for a
+// `sql.reserve()` — every lockkit call here reserves — postgres.js sets the reserve aside for that
+// fetch, and a link that closes during it (a proxy's idle cut, a failover, a network blip) rejects
+// the fetch's promise with nobody listening: an unhandled rejection, which ends a Node process by
+// default. And the slot reconnects for the reserve, which postgres.js then forgets: the lockkit call
+// never settles. Seen in `pnpm chaos --adapter postgres` (a worker's fresh pool cut by a fault):
+// "unhandled rejection of Promise: Error: write CONNECTION_CLOSED".
 //
-// Deterministic: the proxy cuts the link at the fetch itself (the first statement on the wire).
+// Lockkit's first call learns the pool's queues; after it, connections the pool opens run
+// lockkit's throwaway first and make no fetch at all. Deterministic: the proxy cuts the link at the
+// first statement of a new connection.
+import { type AddressInfo, connect, createServer } from 'node:net';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { createLockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
@@ -16,6 +19,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { postgresExecutor } from '../src/index.js';
 
 const TYPE_FETCH = /pg_catalog\.pg_type/;
+const key = (label: string) => LockKey.fromNames('types-fetch', label);
 
 let unhandled: unknown[] = [];
 const onUnhandled = (error: unknown) => unhandled.push(error);
@@ -54,7 +58,7 @@ describe('a new connection cut during its array-type fetch', () => {
       try {
         const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
         const trap = proxy.trapStatement(0, 'drop-before');
-        const call = locks.withLock(LockKey.fromNames('types-fetch', 'first'), async () => 'ran');
+        const call = locks.withLock(key('first'), async () => 'ran');
         expect((await trap.fired).text).toMatch(TYPE_FETCH);
         expect(await outcome(call, 15_000)).toBe('ran');
         // A rejection is reported a turn of the event loop after it was left unhandled.
@@ -66,25 +70,112 @@ describe('a new connection cut during its array-type fetch', () => {
       }
     }, 30_000);
 
-    it(`prepare ${prepare}: a later call that opens a new connection runs when it is cut, and nothing goes unhandled`, async () => {
+    it(`prepare ${prepare}: a later connection makes no array-type fetch; cut at its first statement, the call settles, and nothing goes unhandled`, async () => {
       const proxy = await startRoundTripProxy(testDatabaseUrl());
-      const sql = postgres(proxy.url, { max: 2, prepare, onnotice: () => {} });
+      const sql = postgres(proxy.url, { max: 3, prepare, onnotice: () => {} });
+      const held: { release(): void }[] = [];
       try {
         const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
-        expect(
-          await locks.withLock(LockKey.fromNames('types-fetch', 'warm'), async () => 1),
-        ).toEqual({ executed: true, result: 1 });
-        // The application holds the pool's one open connection: the next call opens the other.
-        const held = await sql.reserve();
+        expect(await locks.withLock(key('warm'), async () => 1)).toEqual({
+          executed: true,
+          result: 1,
+        });
+        // The application holds the pool's open connection: the next call opens another.
+        held.push(await sql.reserve());
+        const wire = proxy.record();
+        expect(await locks.withLock(key('second'), async () => 2)).toEqual({
+          executed: true,
+          result: 2,
+        });
+        expect(wire.stop().filter((s) => TYPE_FETCH.test(s.text))).toEqual([]);
+        held.push(await sql.reserve());
         const trap = proxy.trapStatement(0, 'drop-before');
-        const call = locks.withLock(LockKey.fromNames('types-fetch', 'second'), async () => 'ran');
+        const call = locks.withLock(key('third'), async () => 'ran');
+        expect((await trap.fired).text).toBe('SELECT 1');
+        expect(['ran', 'rejected CONNECTION_LOST']).toContain(await outcome(call, 15_000));
+        for (const h of held.splice(0)) h.release();
+        expect(await locks.withLock(key('after'), async () => 3)).toEqual({
+          executed: true,
+          result: 3,
+        });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        expect(unhandled).toEqual([]);
+      } finally {
+        for (const h of held) h.release();
+        await sql.end({ timeout: 1 });
+        await proxy.close();
+      }
+    }, 30_000);
+
+    it(`prepare ${prepare}: on a pool the application opened first, a call that opens a new connection cut at its first statement settles, and nothing goes unhandled`, async () => {
+      const proxy = await startRoundTripProxy(testDatabaseUrl());
+      const sql = postgres(proxy.url, { max: 3, prepare, onnotice: () => {} });
+      const held: { release(): void }[] = [];
+      try {
+        // The application's own queries open connections before lockkit's first call.
+        await Promise.all([sql`SELECT 1 AS one`, sql`SELECT 2 AS two`]);
+        const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
+        expect(await locks.withLock(key('warm'), async () => 1)).toEqual({
+          executed: true,
+          result: 1,
+        });
+        // The application holds every open connection: the next call opens a new one.
+        held.push(await sql.reserve(), await sql.reserve());
+        const trap = proxy.trapStatement(0, 'drop-before');
+        const call = locks.withLock(key('new'), async () => 'ran');
+        expect((await trap.fired).text).toBe('SELECT 1');
+        expect(['ran', 'rejected CONNECTION_LOST']).toContain(await outcome(call, 15_000));
+        for (const h of held.splice(0)) h.release();
+        expect(await locks.withLock(key('after'), async () => 2)).toEqual({
+          executed: true,
+          result: 2,
+        });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        expect(unhandled).toEqual([]);
+      } finally {
+        for (const h of held) h.release();
+        await sql.end({ timeout: 1 });
+        await proxy.close();
+      }
+    }, 30_000);
+
+    it(`prepare ${prepare}: when lockkit's first query cannot connect, the call fails with it and the next one runs`, async () => {
+      const proxy = await startRoundTripProxy(testDatabaseUrl());
+      // In front of the proxy: the first TCP connection is reset as it is accepted.
+      let accepted = 0;
+      const front = createServer((socket) => {
+        accepted++;
+        if (accepted === 1) {
+          socket.resetAndDestroy();
+          return;
+        }
+        const upstream = connect(Number(new URL(proxy.url).port), '127.0.0.1');
+        socket.pipe(upstream).pipe(socket);
+        socket.on('error', () => upstream.destroy());
+        upstream.on('error', () => socket.destroy());
+        socket.on('close', () => upstream.destroy());
+        upstream.on('close', () => socket.destroy());
+      });
+      await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
+      const url = new URL(proxy.url);
+      url.port = String((front.address() as AddressInfo).port);
+      const sql = postgres(url.toString(), { max: 2, prepare, onnotice: () => {} });
+      try {
+        const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
+        const first = await outcome(
+          locks.withLock(key('unreachable'), async () => 'ran'),
+          15_000,
+        );
+        expect(first).toBe('rejected CONNECTION_LOST');
+        const trap = proxy.trapStatement(0, 'drop-before');
+        const call = locks.withLock(key('next'), async () => 'ran');
         expect((await trap.fired).text).toMatch(TYPE_FETCH);
         expect(await outcome(call, 15_000)).toBe('ran');
-        held.release();
         await new Promise((resolve) => setTimeout(resolve, 50));
         expect(unhandled).toEqual([]);
       } finally {
         await sql.end({ timeout: 1 });
+        await new Promise((resolve) => front.close(resolve));
         await proxy.close();
       }
     }, 30_000);
