@@ -147,6 +147,8 @@ interface Lease<R> {
    * not reported it closed. Only then may anything more be sent on it once its fate is aborted.
    */
   readonly mayBeOpen: () => boolean;
+  /** Records that a statement on the connection failed with a lost connection (see `mayBeOpen`). */
+  readonly markLost: () => void;
 }
 
 /**
@@ -203,6 +205,9 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     const { fate } = watched;
     const gone = () => fate.reason ?? new Error('connection closed');
     let pending: { cancel?: () => unknown } | undefined;
+    // A statement of this lease failed with a lost connection: its socket errored (a reset), and
+    // postgres.js reports the close only later; nothing more may be sent on it meanwhile.
+    let wireLost = false;
     // The command tags of the statements sent in a transaction: a COMMIT or ROLLBACK of its own.
     let transactionEnd: TransactionEnd = 'no';
     // A failed statement may have been the task's own COMMIT (a deferred constraint) or PREPARE
@@ -229,7 +234,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return lastRows(result);
       } catch (error) {
         failed();
-        if (isConnectionLoss(error)) fate.abort(error);
+        if (isConnectionLoss(error)) {
+          wireLost = true;
+          fate.abort(error);
+        }
         throw error;
       } finally {
         if (pending === running) pending = undefined;
@@ -302,6 +310,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         if (typeof reject === 'function') {
           self.reject = (error) => {
             failed();
+            if (isConnectionLoss(error)) wireLost = true;
             reject.call(self, error);
           };
         }
@@ -368,7 +377,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           return adopted;
         },
       },
-      mayBeOpen: () => unwatchClose !== undefined && !closeSeen,
+      mayBeOpen: () => unwatchClose !== undefined && !closeSeen && !wireLost,
+      markLost: () => {
+        wireLost = true;
+      },
     };
   }
 
@@ -480,7 +492,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       return result;
     } catch (error) {
       // A task that hit the dead connection itself: no ROLLBACK on it (it would never answer).
-      if (isConnectionLoss(error)) fate.abort(error instanceof TaskFailure ? error.error : error);
+      if (isConnectionLoss(error)) {
+        l.markLost();
+        fate.abort(error instanceof TaskFailure ? error.error : error);
+      }
       if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
@@ -516,6 +531,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         );
       } catch (error) {
         if (isConnectionLoss(error)) {
+          l.markLost();
           l.watched.fate.abort(error instanceof TaskFailure ? error.error : error);
         }
         throw error;
