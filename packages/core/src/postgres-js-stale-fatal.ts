@@ -101,7 +101,7 @@ export interface ShieldSqlLike {
     params?: unknown[],
     options?: { readonly onexecute?: (connection: unknown) => boolean },
   ): unknown;
-  /** `sql.reserve()`: used by `ready()` only, on a pool that had connections before lockkit. */
+  /** `sql.reserve()`: used by `ready()` only, for the one connection it closes. */
   reserve?: () => Promise<ShieldReservedLike>;
   readonly options: { onclose?: ((connectionId: number) => void) | null | undefined };
 }
@@ -303,10 +303,9 @@ class Shield implements StaleFatalShield {
     try {
       await this.sql.unsafe('SELECT 1', [], {
         onexecute: (candidate: unknown) => {
-          if (turned && isConnection(candidate) && isQueue(candidate.queue)) {
-            this.watchQueue(candidate.queue);
+          // `capture` watches the queue the connection is in: here, the connecting one.
+          if (turned && isConnection(candidate) && isQueue(candidate.queue))
             this.connectsWatched = true;
-          }
           return this.capture.onexecute(candidate);
         },
       });

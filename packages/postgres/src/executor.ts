@@ -147,8 +147,11 @@ interface Lease<R> {
    * not reported it closed. Only then may anything more be sent on it once its fate is aborted.
    */
   readonly mayBeOpen: () => boolean;
-  /** Records that a statement on the connection failed with a lost connection (see `mayBeOpen`). */
-  readonly markLost: () => void;
+  /**
+   * A statement on the connection failed with a lost connection: nothing more is sent on it (see
+   * `mayBeOpen`), and its fate is aborted with `reason`.
+   */
+  readonly lostOnWire: (reason: unknown) => void;
 }
 
 /**
@@ -208,6 +211,10 @@ export function postgresExecutor<R extends PostgresReservedLike>(
     // A statement of this lease failed with a lost connection: its socket errored (a reset), and
     // postgres.js reports the close only later; nothing more may be sent on it meanwhile.
     let wireLost = false;
+    const lostOnWire = (reason: unknown) => {
+      wireLost = true;
+      fate.abort(reason);
+    };
     // The command tags of the statements sent in a transaction: a COMMIT or ROLLBACK of its own.
     let transactionEnd: TransactionEnd = 'no';
     // A failed statement may have been the task's own COMMIT (a deferred constraint) or PREPARE
@@ -234,10 +241,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         return lastRows(result);
       } catch (error) {
         failed();
-        if (isConnectionLoss(error)) {
-          wireLost = true;
-          fate.abort(error);
-        }
+        if (isConnectionLoss(error)) lostOnWire(error);
         throw error;
       } finally {
         if (pending === running) pending = undefined;
@@ -378,9 +382,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
         },
       },
       mayBeOpen: () => unwatchClose !== undefined && !closeSeen && !wireLost,
-      markLost: () => {
-        wireLost = true;
-      },
+      lostOnWire,
     };
   }
 
@@ -492,10 +494,7 @@ export function postgresExecutor<R extends PostgresReservedLike>(
       return result;
     } catch (error) {
       // A task that hit the dead connection itself: no ROLLBACK on it (it would never answer).
-      if (isConnectionLoss(error)) {
-        l.markLost();
-        fate.abort(error instanceof TaskFailure ? error.error : error);
-      }
+      if (isConnectionLoss(error)) l.lostOnWire(error instanceof TaskFailure ? error.error : error);
       if (!fate.aborted && inTransactionBlock) await l.query('ROLLBACK').catch(() => {});
       throw error;
     } finally {
@@ -530,10 +529,8 @@ export function postgresExecutor<R extends PostgresReservedLike>(
           }),
         );
       } catch (error) {
-        if (isConnectionLoss(error)) {
-          l.markLost();
-          l.watched.fate.abort(error instanceof TaskFailure ? error.error : error);
-        }
+        if (isConnectionLoss(error))
+          l.lostOnWire(error instanceof TaskFailure ? error.error : error);
         throw error;
       } finally {
         await finish(l);

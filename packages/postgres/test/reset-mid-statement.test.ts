@@ -8,13 +8,13 @@
 // seen in `pnpm chaos --adapter postgres`, whose drop fault resets links).
 //
 // Deterministic: the proxy holds the task statement's reply; the link is reset while it is held.
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { startRoundTripProxy } from '@lockkit/conformance';
 import { createLockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import postgres from 'postgres';
 import { expect, it } from 'vitest';
 import { postgresExecutor } from '../src/index.js';
+import { startFrontProxy } from './front-proxy.js';
 
 it('a link reset mid-statement: nothing more is sent for that call, nothing goes uncaught, the pool goes on', async () => {
   const problems: unknown[] = [];
@@ -22,20 +22,8 @@ it('a link reset mid-statement: nothing more is sent for that call, nothing goes
   process.on('unhandledRejection', onProblem);
   process.on('uncaughtException', onProblem);
   const proxy = await startRoundTripProxy(testDatabaseUrl());
-  const clients: Socket[] = [];
-  const front = createServer((socket) => {
-    clients.push(socket);
-    const upstream = connect(Number(new URL(proxy.url).port), '127.0.0.1');
-    socket.pipe(upstream).pipe(socket);
-    socket.on('error', () => upstream.destroy());
-    upstream.on('error', () => socket.destroy());
-    socket.on('close', () => upstream.destroy());
-    upstream.on('close', () => socket.destroy());
-  });
-  await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
-  const url = new URL(proxy.url);
-  url.port = String((front.address() as AddressInfo).port);
-  const sql = postgres(url.toString(), { max: 2, onnotice: () => {} });
+  const front = await startFrontProxy(proxy.url);
+  const sql = postgres(front.url, { max: 2, onnotice: () => {} });
   try {
     const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
     await locks.withLock(LockKey.fromNames('reset', 'warm'), async () => undefined);
@@ -51,7 +39,7 @@ it('a link reset mid-statement: nothing more is sent for that call, nothing goes
       );
     expect((await trap.fired).text).toContain('SELECT 42');
     // Every client link the pool has: reset.
-    for (const socket of clients.splice(0)) socket.resetAndDestroy();
+    front.resetAll();
     trap.release();
     expect(await call).toBe('rejected CONNECTION_LOST');
     // The pool goes on: a call runs.
@@ -69,7 +57,7 @@ it('a link reset mid-statement: nothing more is sent for that call, nothing goes
     process.off('unhandledRejection', onProblem);
     process.off('uncaughtException', onProblem);
     await sql.end({ timeout: 1 });
-    await new Promise((resolve) => front.close(resolve));
+    await front.close();
     await proxy.close();
   }
 }, 30_000);

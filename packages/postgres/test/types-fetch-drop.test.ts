@@ -10,13 +10,13 @@
 // Lockkit's first call learns the pool's queues; after it, connections the pool opens run
 // lockkit's throwaway first and make no fetch at all. Deterministic: the proxy cuts the link at the
 // first statement of a new connection.
-import { type AddressInfo, connect, createServer } from 'node:net';
-import { startRoundTripProxy } from '@lockkit/conformance';
-import { createLockClient, LockKey } from '@lockkit/core';
+import { type RoundTripProxy, startRoundTripProxy } from '@lockkit/conformance';
+import { createLockClient, type LockClient, LockKey } from '@lockkit/core';
 import { testDatabaseUrl } from '@lockkit/test-db';
 import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { postgresExecutor } from '../src/index.js';
+import { startFrontProxy } from './front-proxy.js';
 
 const TYPE_FETCH = /pg_catalog\.pg_type/;
 const key = (label: string) => LockKey.fromNames('types-fetch', label);
@@ -50,6 +50,30 @@ async function outcome(call: Promise<unknown>, ms: number): Promise<string> {
   }
 }
 
+/**
+ * With the application holding `held` (every open connection), a lockkit call opens a new one,
+ * whose first statement — lockkit's throwaway, no array-type fetch — the proxy cuts: the call
+ * settles (runs, or fails with the lost connection), the next call runs once `held` is released,
+ * and nothing went unhandled.
+ */
+async function cutNewConnection(
+  locks: LockClient<unknown, unknown>,
+  proxy: RoundTripProxy,
+  held: { release(): void }[],
+): Promise<void> {
+  const trap = proxy.trapStatement(0, 'drop-before');
+  const call = locks.withLock(key('new'), async () => 'ran');
+  expect((await trap.fired).text).toBe('SELECT 1');
+  expect(['ran', 'rejected CONNECTION_LOST']).toContain(await outcome(call, 15_000));
+  for (const h of held.splice(0)) h.release();
+  expect(await locks.withLock(key('after'), async () => 2)).toEqual({ executed: true, result: 2 });
+  await afterUnhandledReports();
+  expect(unhandled).toEqual([]);
+}
+
+/** A rejection left unhandled is reported once the microtasks of its turn ran: one turn later. */
+const afterUnhandledReports = () => new Promise((resolve) => setImmediate(resolve));
+
 describe('a new connection cut during its array-type fetch', () => {
   for (const prepare of [true, false]) {
     it(`prepare ${prepare}: the first lockkit call of a fresh pool runs, and nothing goes unhandled`, async () => {
@@ -62,7 +86,7 @@ describe('a new connection cut during its array-type fetch', () => {
         expect((await trap.fired).text).toMatch(TYPE_FETCH);
         expect(await outcome(call, 15_000)).toBe('ran');
         // A rejection is reported a turn of the event loop after it was left unhandled.
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await afterUnhandledReports();
         expect(unhandled).toEqual([]);
       } finally {
         await sql.end({ timeout: 1 });
@@ -89,17 +113,7 @@ describe('a new connection cut during its array-type fetch', () => {
         });
         expect(wire.stop().filter((s) => TYPE_FETCH.test(s.text))).toEqual([]);
         held.push(await sql.reserve());
-        const trap = proxy.trapStatement(0, 'drop-before');
-        const call = locks.withLock(key('third'), async () => 'ran');
-        expect((await trap.fired).text).toBe('SELECT 1');
-        expect(['ran', 'rejected CONNECTION_LOST']).toContain(await outcome(call, 15_000));
-        for (const h of held.splice(0)) h.release();
-        expect(await locks.withLock(key('after'), async () => 3)).toEqual({
-          executed: true,
-          result: 3,
-        });
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        expect(unhandled).toEqual([]);
+        await cutNewConnection(locks, proxy, held);
       } finally {
         for (const h of held) h.release();
         await sql.end({ timeout: 1 });
@@ -121,17 +135,7 @@ describe('a new connection cut during its array-type fetch', () => {
         });
         // The application holds every open connection: the next call opens a new one.
         held.push(await sql.reserve(), await sql.reserve());
-        const trap = proxy.trapStatement(0, 'drop-before');
-        const call = locks.withLock(key('new'), async () => 'ran');
-        expect((await trap.fired).text).toBe('SELECT 1');
-        expect(['ran', 'rejected CONNECTION_LOST']).toContain(await outcome(call, 15_000));
-        for (const h of held.splice(0)) h.release();
-        expect(await locks.withLock(key('after'), async () => 2)).toEqual({
-          executed: true,
-          result: 2,
-        });
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        expect(unhandled).toEqual([]);
+        await cutNewConnection(locks, proxy, held);
       } finally {
         for (const h of held) h.release();
         await sql.end({ timeout: 1 });
@@ -142,24 +146,8 @@ describe('a new connection cut during its array-type fetch', () => {
     it(`prepare ${prepare}: when lockkit's first query cannot connect, the call fails with it and the next one runs`, async () => {
       const proxy = await startRoundTripProxy(testDatabaseUrl());
       // In front of the proxy: the first TCP connection is reset as it is accepted.
-      let accepted = 0;
-      const front = createServer((socket) => {
-        accepted++;
-        if (accepted === 1) {
-          socket.resetAndDestroy();
-          return;
-        }
-        const upstream = connect(Number(new URL(proxy.url).port), '127.0.0.1');
-        socket.pipe(upstream).pipe(socket);
-        socket.on('error', () => upstream.destroy());
-        upstream.on('error', () => socket.destroy());
-        socket.on('close', () => upstream.destroy());
-        upstream.on('close', () => socket.destroy());
-      });
-      await new Promise<void>((resolve) => front.listen(0, '127.0.0.1', resolve));
-      const url = new URL(proxy.url);
-      url.port = String((front.address() as AddressInfo).port);
-      const sql = postgres(url.toString(), { max: 2, prepare, onnotice: () => {} });
+      const front = await startFrontProxy(proxy.url, { resetFirst: true });
+      const sql = postgres(front.url, { max: 2, prepare, onnotice: () => {} });
       try {
         const locks = createLockClient(postgresExecutor(sql as never), { engineSelfTest: false });
         const first = await outcome(
@@ -171,11 +159,11 @@ describe('a new connection cut during its array-type fetch', () => {
         const call = locks.withLock(key('next'), async () => 'ran');
         expect((await trap.fired).text).toMatch(TYPE_FETCH);
         expect(await outcome(call, 15_000)).toBe('ran');
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await afterUnhandledReports();
         expect(unhandled).toEqual([]);
       } finally {
         await sql.end({ timeout: 1 });
-        await new Promise((resolve) => front.close(resolve));
+        await front.close();
         await proxy.close();
       }
     }, 30_000);
