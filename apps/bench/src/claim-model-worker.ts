@@ -9,19 +9,26 @@
  * claiming transaction lives, and a claimant that dies rolls back, leaving it PENDING. On SIGTERM
  * prints `{ starts, ran, readyAt, stoppedAt }` as the scale worker does.
  *
- *   node claim-model-worker.mjs <database url> <table> <jobs> <name> [batch, default 1]
+ * With a `slice` `i/n` (owned distribution's shape), the process makes PENDING and claims only the
+ * rows of its own jobs, those with `job % n = i`: each job has one owner, and no process inserts
+ * or skips over another's rows. Without one, every process does every job.
+ *
+ *   node claim-model-worker.mjs <database url> <table> <jobs> <name> [batch, default 1] [slice]
  */
 import pg from 'pg';
 
-const [url, table, jobsArg, name, batchArg] = process.argv.slice(2) as [
+const [url, table, jobsArg, name, batchArg, sliceArg] = process.argv.slice(2) as [
   string,
   string,
   string,
   string,
   string | undefined,
+  string | undefined,
 ];
 const jobs = Number(jobsArg);
 const batch = Number(batchArg ?? 1);
+// This process's jobs: `job % slices = slice` (every job when no slice is given).
+const [slice, slices] = (sliceArg ?? '0/1').split('/').map(Number) as [number, number];
 const CONNECTIONS = 10;
 // One more connection than claimers: the materialising INSERT's.
 const pool = new pg.Pool({ connectionString: url, max: CONNECTIONS + 1, application_name: name });
@@ -38,9 +45,9 @@ async function claimLoop(client: pg.PoolClient): Promise<void> {
     await client.query('BEGIN');
     const { rows } = await client.query<{ job: number; tick: Date }>(
       `SELECT job, tick FROM ${table}
-        WHERE status = 'PENDING' AND tick <= now()
+        WHERE status = 'PENDING' AND tick <= now() AND job % $2::int4 = $3::int4
         ORDER BY tick LIMIT $1 FOR UPDATE SKIP LOCKED`,
-      [batch],
+      [batch, slices, slice],
     );
     if (rows.length === 0) {
       await client.query('COMMIT');
@@ -88,8 +95,9 @@ const tick = async (): Promise<void> => {
   await pool.query(
     `INSERT INTO ${table} (job, tick, status)
      SELECT j, to_timestamp($1::float8 / 1000), 'PENDING' FROM generate_series(0, $2::int4 - 1) AS j
+      WHERE j % $3::int4 = $4::int4
      ON CONFLICT DO NOTHING`,
-    [at, jobs],
+    [at, jobs, slices, slice],
   );
   const woken = wake;
   wake = [];

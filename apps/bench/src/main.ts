@@ -609,6 +609,15 @@ async function main(): Promise<void> {
   }
 }
 
+/** One entry of LOCKKIT_BENCH_CLAIM_SPLITS. */
+function claimSplit(raw: string): 'shared' | 'owned' {
+  const value = raw.trim();
+  if (value === 'shared' || value === 'owned') return value;
+  throw new Error(
+    `LOCKKIT_BENCH_CLAIM_SPLITS takes 'shared' and 'owned', comma-separated; got '${raw}'`,
+  );
+}
+
 /** The scheduler's `distribution` option from a flag or an environment list entry. */
 function scaleDistribution(raw: string | undefined): ScaleDistribution {
   if (raw === 'every-instance' || raw === 'owned') return raw;
@@ -652,22 +661,28 @@ async function scaleMatrix(url: string): Promise<void> {
     `\nCeiling: ${ceiling.commitsPerSecond} transactions/s (BEGIN, advisory xact lock, one row inserted, COMMIT) from ${ceiling.processes} processes × 10 connections, ${ceiling.seconds} s`,
   );
   // The candidate design's database work alone (see claim-model-worker.ts), at the largest size,
-  // for each batch size (rows claimed and run per transaction, LOCKKIT_BENCH_CLAIM_BATCH).
+  // for each batch size (rows claimed and run per transaction, LOCKKIT_BENCH_CLAIM_BATCH) and each
+  // split (LOCKKIT_BENCH_CLAIM_SPLITS: every process on every job's rows, or each on its own jobs').
   const models: ClaimModelReport[] = [];
-  for (const batch of countsFrom('LOCKKIT_BENCH_CLAIM_BATCH', [1, 25])) {
-    const model = await measureClaimModel(
-      url,
-      fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
-      Math.max(...processCounts),
-      Math.max(...jobCounts),
-      Math.min(seconds, 30),
-      batch,
-    );
-    models.push(model);
-    console.log(
-      `Claim model: ${model.processes} processes × ${model.jobs} per-second jobs, ${model.batch} per transaction, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
-    );
-  }
+  const splits = (process.env.LOCKKIT_BENCH_CLAIM_SPLITS ?? 'shared,owned')
+    .split(',')
+    .map(claimSplit);
+  for (const split of splits)
+    for (const batch of countsFrom('LOCKKIT_BENCH_CLAIM_BATCH', [1, 25])) {
+      const model = await measureClaimModel(
+        url,
+        fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
+        Math.max(...processCounts),
+        Math.max(...jobCounts),
+        Math.min(seconds, 30),
+        batch,
+        split,
+      );
+      models.push(model);
+      console.log(
+        `Claim model (${model.split}): ${model.processes} processes × ${model.jobs} per-second jobs, ${model.batch} per transaction, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
+      );
+    }
   const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
   const distributions = (process.env.LOCKKIT_BENCH_SCALE_DISTRIBUTIONS ?? 'every-instance,owned')
     .split(',')

@@ -300,6 +300,8 @@ export interface ClaimModelReport {
   readonly seconds: number;
   /** Rows claimed and run per transaction. */
   readonly batch: number;
+  /** `owned`: each process makes PENDING and claims only its own jobs' rows; `shared`: every job's. */
+  readonly split: 'shared' | 'owned';
   /** Handler runs of the window's ticks, per second of ticks. */
   readonly runsPerSecond: number;
   readonly handlerStartP50Ms: number;
@@ -320,6 +322,7 @@ export async function measureClaimModel(
   jobs: number,
   seconds: number,
   batch = 1,
+  split: 'shared' | 'owned' = 'shared',
 ): Promise<ClaimModelReport> {
   return withScratchSchema(
     url,
@@ -340,6 +343,7 @@ export async function measureClaimModel(
         String(jobs),
         `claims-${i}`,
         String(batch),
+        ...(split === 'owned' ? [`${i}/${processes}`] : []),
       ]);
       await new Promise((r) => setTimeout(r, seconds * 1000));
       const reports = await workers.stop();
@@ -349,6 +353,7 @@ export async function measureClaimModel(
         jobs,
         seconds,
         batch,
+        split,
         runsPerSecond:
           t.window.ticks === 0 ? 0 : Math.round((t.runsInWindow * jobs) / t.window.ticks),
         handlerStartP50Ms: Math.round(percentile(t.starts, 50)),
