@@ -109,10 +109,16 @@ export interface RunConformanceOptions {
    * combinations and one to three minutes per pass. Default false: the cases are then skipped
    * visibly. Worth it for every adapter, not once per driver: an ORM gives connections back to the
    * pool its own way (Kysely and TypeORM lent a terminated backend's connection again, which
-   * node-postgres alone never showed).
+   * node-postgres alone never showed). `'through-pgbouncer'`: only in the PgBouncer groups, the
+   * direct ones skipped visibly — for a second configuration of an adapter whose first one
+   * searches them directly (postgres.js with `prepare: false`, the setting PgBouncer needs).
    */
-  readonly schedulerFaultPoints?: boolean;
+  readonly schedulerFaultPoints?: boolean | 'through-pgbouncer';
 }
+
+/** Why the scheduler and migration fault points are skipped where the option did not ask for them. */
+const SCHEDULER_FAULTS_NOT_ENABLED =
+  'not enabled for this adapter (runConformance option schedulerFaultPoints)';
 
 /** `LOCKKIT_TEST_SCHEDULER_SECONDS`, checked: a whole number of seconds from 8 (or undefined). */
 function schedulerSecondsFromEnv(): number | undefined {
@@ -203,11 +209,19 @@ export function runConformance<Tx, Session>(
     const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
-    const schedulerFaults = options.schedulerFaultPoints === true;
+    const schedulerFaults = options.schedulerFaultPoints ?? false;
     group('faults', undefined, (a, f) => {
       faultPointCases(a, f, capabilities.session);
       leaseFaultPointCases(a, f);
-      schedulerFaultPointCases(a, f, schedulerFaults);
+      schedulerFaultPointCases(
+        a,
+        f,
+        schedulerFaults === true
+          ? undefined
+          : schedulerFaults === 'through-pgbouncer'
+            ? "searched through PgBouncer only in this configuration (runConformance option schedulerFaultPoints: 'through-pgbouncer')"
+            : SCHEDULER_FAULTS_NOT_ENABLED,
+      );
     });
     group('dead-start', undefined, (a, f) => deadStartCases(a, f, 'terminated'));
     if (groups.has('standby')) {
@@ -247,7 +261,11 @@ export function runConformance<Tx, Session>(
         [
           'faults',
           (a: typeof pooled, f: () => Fixture<Tx, Session>) =>
-            faultPointCasesThroughBouncer(a, f, schedulerFaults),
+            faultPointCasesThroughBouncer(
+              a,
+              f,
+              schedulerFaults === false ? SCHEDULER_FAULTS_NOT_ENABLED : undefined,
+            ),
         ],
       ] as const) {
         if (!groups.has(name)) continue;
@@ -292,7 +310,7 @@ function cases<Tx, Session>(
   leaseCases(adapter, fixture);
   allSchedulerCases(adapter, fixture);
   engineCasesThroughBouncer(adapter, fixture);
-  faultPointCasesThroughBouncer(adapter, fixture);
+  faultPointCasesThroughBouncer(adapter, fixture, SCHEDULER_FAULTS_NOT_ENABLED);
   deadStartCasesThroughBouncer(adapter, fixture);
   poolerCases(adapter, fixture, { url: '', singleConnectionUrl: '' });
 }
@@ -317,11 +335,11 @@ function deadStartCasesThroughBouncer<Tx, Session>(
 function faultPointCasesThroughBouncer<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => ReturnType<ReturnType<typeof useFixture<Tx, Session>>>,
-  schedulerFaults = false,
+  schedulerFaultsOff: string | undefined,
 ): void {
   faultPointCases(adapter, fixture, false);
   leaseFaultPointCases(adapter, fixture);
-  schedulerFaultPointCases(adapter, fixture, schedulerFaults);
+  schedulerFaultPointCases(adapter, fixture, schedulerFaultsOff);
 }
 
 /**

@@ -279,19 +279,19 @@ const head = (text: string | undefined): string =>
 
 /**
  * Declares the scheduler and migration fault-point tests (transaction scope only: they run
- * directly and through PgBouncer alike); skipped visibly unless `enabled`, or when
+ * directly and through PgBouncer alike); skipped visibly when `disabled` gives a reason, or when
  * `LOCKKIT_TEST_SCHEDULER_FAULTS=0`.
  */
 export function schedulerFaultPointCases<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   fixture: () => Fixture<Tx, Session>,
-  enabled: boolean,
+  disabled: string | undefined,
 ): void {
-  const off = !enabled
-    ? 'not enabled for this adapter (runConformance option schedulerFaultPoints)'
-    : repeatedPass()
+  const off =
+    disabled ??
+    (repeatedPass()
       ? 'LOCKKIT_TEST_SCHEDULER_FAULTS=0: another pass of this run searches these boundaries'
-      : undefined;
+      : undefined);
   const all = ['drop-before', 'drop-after', 'late-reply', 'terminated', 'aborted'] as const;
   const test = casesOf({
     ...adapter,
