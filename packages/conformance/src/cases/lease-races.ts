@@ -131,23 +131,34 @@ export function leaseRaceCases<Tx, Session>(
         const inFence = gate();
         const closeFence = gate();
         let aToken: bigint | undefined;
-        const a = locks.runWithLease(
-          namespace,
-          jobKey,
-          async (lease) => {
-            aToken = lease.token;
-            await lease.fenced(async () => {
-              inFence.open();
-              await closeFence.promise;
-            });
-          },
-          { heartbeat: false, ttlMs: 500, safetyMarginMs: 100 },
-        );
-        const aOutcome = a.then(
-          () => 'completed',
-          (error: unknown) => error,
-        );
-        await Promise.race([inFence.promise, a]);
+        const claimA = () =>
+          locks.runWithLease(
+            namespace,
+            jobKey,
+            async (lease) => {
+              aToken = lease.token;
+              await lease.fenced(async () => {
+                inFence.open();
+                await closeFence.promise;
+              });
+            },
+            { heartbeat: false, ttlMs: 500, safetyMarginMs: 100 },
+          );
+        // On a loaded machine A's claim may be answered too late to keep (over half of its 400 ms:
+        // seen in CI at 212 ms); lockkit then rightly gives it back before the task starts
+        // (LeaseLostError, no token seen). That is not this case's subject: A claims again.
+        let aOutcome: Promise<unknown>;
+        for (let attempt = 1; ; attempt++) {
+          const a = claimA();
+          aOutcome = a.then(
+            () => 'completed',
+            (error: unknown) => error,
+          );
+          const first = await Promise.race([inFence.promise.then(() => 'in fence'), aOutcome]);
+          if (first === 'in fence') break;
+          if (!(first instanceof LeaseLostError) || aToken !== undefined || attempt === 5)
+            throw first instanceof Error ? first : new Error(`A's claim settled: ${String(first)}`);
+        }
         // A's lease expires in the database while its fenced write stays open.
         const expired = await f.observer.until(async () => {
           const [row] = await f.observer.query<{ expired: boolean }>(
