@@ -50,6 +50,13 @@ import { sessionCases } from './cases/session.js';
 import { standbyCases } from './cases/standby.js';
 import { transactionCases } from './cases/transaction.js';
 import type { ConformanceAdapter } from './harness.js';
+import {
+  CONFORMANCE_GROUPS,
+  type ConformanceGroup,
+  checkConformanceOptions,
+  type RunConformanceOptions,
+  schedulerSecondsFromEnv,
+} from './options.js';
 import { type Fixture, useFixture } from './suite.js';
 
 export {
@@ -70,6 +77,12 @@ export {
   taggedUrl,
 } from './harness.js';
 export {
+  CONFORMANCE_GROUPS,
+  type ConformanceGroup,
+  checkConformanceOptions,
+  type RunConformanceOptions,
+} from './options.js';
+export {
   type GoodbyeHold,
   type RoundTripProxy,
   type RoundTripProxyOptions,
@@ -79,57 +92,9 @@ export {
   type WireStatement,
 } from './proxy.js';
 
-/** The capability groups of the suite. */
-export type ConformanceGroup =
-  | 'transaction'
-  | 'session'
-  | 'pipelining'
-  | 'robustness'
-  | 'truth'
-  | 'leases'
-  | 'scheduler'
-  | 'engine'
-  | 'standby'
-  | 'faults'
-  | 'dead-start';
-
-/** Options of {@link runConformance}. */
-export interface RunConformanceOptions {
-  /** Run only these groups (e.g. through a transaction pooler, where session scope is unsafe). */
-  readonly groups?: readonly ConformanceGroup[];
-  /**
-   * How long the scheduler's worker-process case runs, in seconds (default 12). The environment
-   * variable `LOCKKIT_TEST_SCHEDULER_SECONDS` overrides it: a CI pass that repeats a suite whose
-   * long run another pass already made (Node 22 and 24 after the main passes) runs it short.
-   */
-  readonly schedulerSeconds?: number;
-  /**
-   * Also search the scheduler and migration fault points (`faults.scheduler-*`, `faults.migrate.*`):
-   * every statement boundary of a tick and of a migration under every fault, a few hundred
-   * combinations and one to three minutes per pass. Default false: the cases are then skipped
-   * visibly. Worth it for every adapter, not once per driver: an ORM gives connections back to the
-   * pool its own way (Kysely and TypeORM lent a terminated backend's connection again, which
-   * node-postgres alone never showed). `'through-pgbouncer'`: only in the PgBouncer groups, the
-   * direct ones skipped visibly — for a second configuration of an adapter whose first one
-   * searches them directly (postgres.js with `prepare: false`, the setting PgBouncer needs).
-   */
-  readonly schedulerFaultPoints?: boolean | 'through-pgbouncer';
-}
-
 /** Why the scheduler and migration fault points are skipped where the option did not ask for them. */
 const SCHEDULER_FAULTS_NOT_ENABLED =
   'not enabled for this adapter (runConformance option schedulerFaultPoints)';
-
-/** `LOCKKIT_TEST_SCHEDULER_SECONDS`, checked: a whole number of seconds from 8 (or undefined). */
-function schedulerSecondsFromEnv(): number | undefined {
-  const raw = process.env.LOCKKIT_TEST_SCHEDULER_SECONDS;
-  if (raw === undefined || raw === '') return undefined;
-  const seconds = Number(raw);
-  // The case judges the ticks of its middle seconds: fewer than 8 leaves too few to judge.
-  if (!Number.isInteger(seconds) || seconds < 8)
-    throw new Error(`LOCKKIT_TEST_SCHEDULER_SECONDS must be a whole number from 8, got '${raw}'`);
-  return seconds;
-}
 
 /**
  * Declares the whole suite as vitest tests, grouped by capability. A group whose capability the
@@ -142,21 +107,8 @@ export function runConformance<Tx, Session>(
   adapter: ConformanceAdapter<Tx, Session>,
   options: RunConformanceOptions = {},
 ): void {
-  const groups = new Set(
-    options.groups ?? [
-      'transaction',
-      'session',
-      'pipelining',
-      'robustness',
-      'truth',
-      'leases',
-      'scheduler',
-      'engine',
-      'standby',
-      'faults',
-      'dead-start',
-    ],
-  );
+  const checked = checkConformanceOptions(options);
+  const groups = new Set<ConformanceGroup>(checked.groups ?? CONFORMANCE_GROUPS);
   // Capabilities are properties of the executor object: a probe instance that never connects.
   const probe = adapter.createInstance({ url: adapter.databaseUrl(), poolSize: 1 });
   const capabilities = {
@@ -206,10 +158,10 @@ export function runConformance<Tx, Session>(
     group('robustness', undefined, robustnessCases);
     group('truth', undefined, lockTruthCases);
     group('leases', undefined, leaseCases);
-    const schedulerSeconds = schedulerSecondsFromEnv() ?? options.schedulerSeconds;
+    const schedulerSeconds = schedulerSecondsFromEnv() ?? checked.schedulerSeconds;
     group('scheduler', undefined, (a, f) => allSchedulerCases(a, f, schedulerSeconds));
     group('engine', undefined, (a, f) => engineSelfTestCases(a, f, 'direct'));
-    const schedulerFaults = options.schedulerFaultPoints ?? false;
+    const schedulerFaults = checked.schedulerFaultPoints ?? false;
     group('faults', undefined, (a, f) => {
       faultPointCases(a, f, capabilities.session);
       leaseFaultPointCases(a, f);
