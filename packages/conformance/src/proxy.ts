@@ -54,9 +54,14 @@ export interface RoundTripProxy {
   record(): { stop(): WireStatement[] };
   /**
    * Arms a one-shot trap on the statement at `index` (counted from 0, from now on, over all
-   * connections, as {@link RoundTripProxy.record} numbers them): see {@link WireFault}.
+   * connections, as {@link RoundTripProxy.record} numbers them), or on the first statement from now
+   * on that `which` accepts (its text, say, where a case traps one statement of a protocol whose
+   * other statements vary by adapter): see {@link WireFault}.
    */
-  trapStatement(index: number, fault: WireFault): StatementTrap;
+  trapStatement(
+    which: number | ((statement: WireStatement) => boolean),
+    fault: WireFault,
+  ): StatementTrap;
   /**
    * Holds, from now on, everything the server sends on every connection open now, its hang-up
    * included: a backend terminated while held has exited on the server, but its FATAL and the
@@ -212,7 +217,13 @@ export async function startRoundTripProxy(
   // Statements seen since the last `record()` or `trapStatement()`, and what to do with them.
   let statementCount = 0;
   let recording: WireStatement[] | undefined;
-  let trap: { index: number; fault: WireFault; fire: (s: WireStatement) => void } | undefined;
+  let trap:
+    | {
+        matches: (s: WireStatement) => boolean;
+        fault: WireFault;
+        fire: (s: WireStatement) => void;
+      }
+    | undefined;
   let connectionCount = 0;
   // Per open connection: its link to the server, and how to hold its server side.
   const links = new Map<number, { upstream: Socket; hold: () => { flush: () => void } }>();
@@ -256,7 +267,7 @@ export async function startRoundTripProxy(
     const statementDone = (bytes: Buffer[], text: string) => {
       const statement: WireStatement = { index: statementCount++, connection, text };
       recording?.push(statement);
-      const armed = trap && trap.index === statement.index ? trap : undefined;
+      const armed = trap?.matches(statement) ? trap : undefined;
       if (armed) trap = undefined;
       if (armed?.fault === 'drop-before') {
         cut();
@@ -484,9 +495,10 @@ export async function startRoundTripProxy(
         },
       };
     },
-    trapStatement: (index, fault) => {
-      if (!Number.isInteger(index) || index < 0)
-        throw new Error(`index must be a non-negative integer, got ${String(index)}`);
+    trapStatement: (which, fault) => {
+      if (typeof which === 'number' && (!Number.isInteger(which) || which < 0))
+        throw new Error(`index must be a non-negative integer, got ${String(which)}`);
+      const matches = typeof which === 'number' ? (s: WireStatement) => s.index === which : which;
       statementCount = 0;
       let fire!: (statement: WireStatement) => void;
       let at: number | undefined;
@@ -496,7 +508,7 @@ export async function startRoundTripProxy(
           resolve(statement);
         };
       });
-      trap = { index, fault, fire };
+      trap = { matches, fault, fire };
       return {
         fired,
         release: () => {
