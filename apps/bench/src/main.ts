@@ -41,6 +41,7 @@ import { PrismaClient } from './prisma-client.js';
 import { countRoundTrips, type RoundTrips } from './round-trips.js';
 import {
   type ClaimModelReport,
+  type ClaimRun,
   measureCeiling,
   measureClaimModel,
   measureScale,
@@ -618,6 +619,22 @@ function claimSplit(raw: string): 'shared' | 'owned' {
   );
 }
 
+/** One entry of LOCKKIT_BENCH_CLAIM_RUNS. */
+function claimRun(raw: string): ClaimRun {
+  const value = raw.trim();
+  if (value === 'savepoint' || value === 'own') return value;
+  throw new Error(
+    `LOCKKIT_BENCH_CLAIM_RUNS takes 'savepoint' and 'own', comma-separated; got '${raw}'`,
+  );
+}
+
+/** One entry of LOCKKIT_BENCH_CLAIM_AHEAD. */
+function claimAhead(raw: string): boolean {
+  const value = raw.trim();
+  if (value === '0' || value === '1') return value === '1';
+  throw new Error(`LOCKKIT_BENCH_CLAIM_AHEAD takes 0 and 1, comma-separated; got '${raw}'`);
+}
+
 /** The scheduler's `distribution` option from a flag or an environment list entry. */
 function scaleDistribution(raw: string | undefined): ScaleDistribution {
   if (raw === 'every-instance' || raw === 'owned') return raw;
@@ -667,26 +684,35 @@ async function scaleMatrix(url: string): Promise<void> {
   const splits = (process.env.LOCKKIT_BENCH_CLAIM_SPLITS ?? 'shared,owned')
     .split(',')
     .map(claimSplit);
+  // Also (LOCKKIT_BENCH_CLAIM_RUNS) how a claimed row runs, the claiming connections per process
+  // (LOCKKIT_BENCH_CLAIM_CONNECTIONS) and whether rows are made PENDING ahead of their tick
+  // (LOCKKIT_BENCH_CLAIM_AHEAD: 0, 1 or both).
+  const runs = (process.env.LOCKKIT_BENCH_CLAIM_RUNS ?? 'savepoint').split(',').map(claimRun);
+  const connectionCounts = countsFrom('LOCKKIT_BENCH_CLAIM_CONNECTIONS', [10]);
+  const aheads = (process.env.LOCKKIT_BENCH_CLAIM_AHEAD ?? '0').split(',').map(claimAhead);
   for (const split of splits)
-    for (const batch of countsFrom('LOCKKIT_BENCH_CLAIM_BATCH', [1, 25])) {
-      const model = await measureClaimModel(
-        url,
-        fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
-        Math.max(...processCounts),
-        Math.max(...jobCounts),
-        Math.min(seconds, 30),
-        batch,
-        split,
-      );
-      models.push(model);
-      console.log(
-        `Claim model (${model.split}): ${model.processes} processes × ${model.jobs} per-second jobs, ${model.batch} per transaction, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
-      );
-    }
+    for (const batch of countsFrom('LOCKKIT_BENCH_CLAIM_BATCH', [1, 25]))
+      for (const run of runs)
+        for (const connections of connectionCounts)
+          for (const ahead of aheads) {
+            const model = await measureClaimModel(
+              url,
+              fileURLToPath(new URL('./claim-model-worker.mjs', import.meta.url)),
+              Math.max(...processCounts),
+              Math.max(...jobCounts),
+              Math.min(seconds, 30),
+              { batch, split, run, connections, ahead },
+            );
+            models.push(model);
+            console.log(
+              `Claim model (${model.split}, run ${model.run}, ${model.connections} connections${model.ahead ? ', rows ahead' : ''}): ${model.processes} processes × ${model.jobs} per-second jobs, ${model.batch} per claim, ${model.seconds} s: ${model.runsPerSecond} runs/s, handler start p50 ${model.handlerStartP50Ms} ms, p99 ${model.handlerStartP99Ms} ms, ${model.duplicates} ticks run twice, ${model.notRun} of the window's ${model.windowTicks} ticks not run`,
+            );
+          }
   const worker = fileURLToPath(new URL('./scale-worker.mjs', import.meta.url));
-  const distributions = (process.env.LOCKKIT_BENCH_SCALE_DISTRIBUTIONS ?? 'every-instance,owned')
-    .split(',')
-    .map(scaleDistribution);
+  // `none`: the ceiling and the claim models only.
+  const distributionList = process.env.LOCKKIT_BENCH_SCALE_DISTRIBUTIONS ?? 'every-instance,owned';
+  const distributions =
+    distributionList === 'none' ? [] : distributionList.split(',').map(scaleDistribution);
   const rows: ScaleReport[] = [];
   for (const distribution of distributions)
     for (const jobs of jobCounts)

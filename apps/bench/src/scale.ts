@@ -302,6 +302,12 @@ export interface ClaimModelReport {
   readonly batch: number;
   /** `owned`: each process makes PENDING and claims only its own jobs' rows; `shared`: every job's. */
   readonly split: 'shared' | 'owned';
+  /** How a claimed row runs: in the claiming transaction between savepoints, or in its own. */
+  readonly run: ClaimRun;
+  /** Claiming connections per process. */
+  readonly connections: number;
+  /** Whether a tick's rows were made PENDING half a second before it, rather than at it. */
+  readonly ahead: boolean;
   /** Handler runs of the window's ticks, per second of ticks. */
   readonly runsPerSecond: number;
   readonly handlerStartP50Ms: number;
@@ -309,6 +315,18 @@ export interface ClaimModelReport {
   readonly duplicates: number;
   readonly notRun: number;
   readonly windowTicks: number;
+}
+
+/** How the claim model runs a claimed row (see claim-model-worker.ts). */
+export type ClaimRun = 'savepoint' | 'own';
+
+/** The claim model's shape beyond its size (see claim-model-worker.ts). */
+export interface ClaimModelShape {
+  readonly batch: number;
+  readonly split: 'shared' | 'owned';
+  readonly run: ClaimRun;
+  readonly connections: number;
+  readonly ahead: boolean;
 }
 
 /**
@@ -321,9 +339,9 @@ export async function measureClaimModel(
   processes: number,
   jobs: number,
   seconds: number,
-  batch = 1,
-  split: 'shared' | 'owned' = 'shared',
+  shape: ClaimModelShape,
 ): Promise<ClaimModelReport> {
+  const { batch, split, run, connections, ahead } = shape;
   return withScratchSchema(
     url,
     'lockkit_claims',
@@ -331,7 +349,7 @@ export async function measureClaimModel(
       await setup.query(`CREATE SCHEMA "${schema}"`);
       await setup.query(
         `CREATE TABLE "${schema}".runs (job int4 NOT NULL, tick timestamptz NOT NULL,
-           status text NOT NULL, PRIMARY KEY (job, tick))`,
+           status text NOT NULL, owner text, PRIMARY KEY (job, tick))`,
       );
       await setup.query(`CREATE INDEX ON "${schema}".runs (tick) WHERE status = 'PENDING'`);
     },
@@ -343,7 +361,10 @@ export async function measureClaimModel(
         String(jobs),
         `claims-${i}`,
         String(batch),
-        ...(split === 'owned' ? [`${i}/${processes}`] : []),
+        split === 'owned' ? `${i}/${processes}` : 'all',
+        run,
+        String(connections),
+        ahead ? '1' : '0',
       ]);
       await new Promise((r) => setTimeout(r, seconds * 1000));
       const reports = await workers.stop();
@@ -352,8 +373,7 @@ export async function measureClaimModel(
         processes,
         jobs,
         seconds,
-        batch,
-        split,
+        ...shape,
         runsPerSecond:
           t.window.ticks === 0 ? 0 : Math.round((t.runsInWindow * jobs) / t.window.ticks),
         handlerStartP50Ms: Math.round(percentile(t.starts, 50)),
