@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { LockExecutor } from './executor.js';
-import { Heartbeat, leaseSettings, tokenParts } from './lease.js';
+import { type ClaimedLease, Heartbeat, holdLease, leaseSettings, tokenParts } from './lease.js';
 import { createLockClient } from './lock.js';
+import { MAX_TIMEOUT_MS } from './sql/locks.js';
 
 // Option checks happen before any SQL: an executor that throws on use proves nothing was sent.
 const unreachable = (): never => {
@@ -225,4 +226,154 @@ describe('Heartbeat.stop and a renewal that is never answered', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(stopped).toBe(true);
   });
+});
+
+describe('holdLease and a letGoAfterMs beyond what one setTimeout can wait', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** Renewals and the run's record all succeed: every statement finds the lease held. */
+  const healthy: LockExecutor = {
+    name: 'healthy',
+    transaction: (fn) =>
+      Promise.resolve(
+        fn({
+          query: async () => [{ held: true }],
+          tx: undefined,
+          signal: new AbortController().signal,
+        }),
+      ),
+  };
+  const claimed = (): ClaimedLease => ({
+    namespace: 'ns',
+    jobKey: 'job',
+    token: 7n,
+    tookOver: false,
+    claimSentAt: performance.now(),
+  });
+
+  it('keeps the lease of a task that settles long before a letGoAfterMs above 2^31 − 1 ms', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    const s = leaseSettings({ ttlMs: 30_000 });
+    // What the scheduler passes for a job with the largest timeoutMs: timeoutMs + ttlMs.
+    const letGoAfterMs = MAX_TIMEOUT_MS + s.ttlMs;
+    let signal: AbortSignal | undefined;
+    let finish!: () => void;
+    const run = holdLease(
+      healthy,
+      '"lockkit"',
+      claimed(),
+      s,
+      (lease) => {
+        signal = lease.signal;
+        return new Promise<string>((resolve) => {
+          finish = () => resolve('done');
+        });
+      },
+      { fenced: unreachable, letGoAfterMs },
+    );
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(signal?.aborted).toBe(false);
+    finish();
+    await expect(run).resolves.toBe('done');
+  });
+
+  it('lets the lease go once the task has run letGoAfterMs, not a millisecond before', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    // The longest ttl: few renewals over the weeks of fake time below.
+    const s = leaseSettings({ ttlMs: MAX_TIMEOUT_MS });
+    const letGoAfterMs = MAX_TIMEOUT_MS + s.ttlMs;
+    let signal: AbortSignal | undefined;
+    void holdLease(
+      healthy,
+      '"lockkit"',
+      claimed(),
+      s,
+      (lease) => {
+        signal = lease.signal;
+        return new Promise<never>(() => {}); // a hung task that ignores its signal
+      },
+      { fenced: unreachable, letGoAfterMs },
+    ).catch(() => {});
+    await vi.advanceTimersByTimeAsync(letGoAfterMs - 1);
+    expect(signal?.aborted).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(signal?.aborted).toBe(true);
+    expect(signal?.reason).toMatchObject({
+      name: 'LeaseLostError',
+      message: expect.stringMatching(/let go/),
+    });
+  });
+});
+
+describe('renewEveryMs and the window it must renew in', () => {
+  // A renewal is a round trip: sent as late as the deadline, its answer comes after it. The
+  // bound is the one a claim is held to: half of ttlMs − safetyMarginMs.
+  it.each([
+    [{ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 800 }],
+    [{ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 799 }],
+    [{ ttlMs: 1000, safetyMarginMs: 0, renewEveryMs: 1000 }],
+    [{ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 401 }],
+  ])('refuses %o before any SQL, naming the three values and the rule', async (options) => {
+    const error = await locks.runWithLease('ns', 'job', task, options).catch((e: unknown) => e);
+    expect(error).toMatchObject({ name: 'LockkitError', code: 'OPTION_INVALID' });
+    const { message } = error as Error;
+    expect(message).toContain(`renewEveryMs ${options.renewEveryMs}`);
+    expect(message).toContain(`ttlMs ${options.ttlMs}`);
+    expect(message).toContain(`safetyMarginMs ${options.safetyMarginMs}`);
+    expect(message).toContain('half of ttlMs − safetyMarginMs');
+  });
+
+  it('accepts renewEveryMs of exactly half of ttlMs − safetyMarginMs', () => {
+    expect(
+      leaseSettings({ ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 400 }).renewEveryMs,
+    ).toBe(400);
+    expect(leaseSettings({ ttlMs: 1001, safetyMarginMs: 0, renewEveryMs: 500 }).renewEveryMs).toBe(
+      500,
+    );
+  });
+
+  it('defaults to a third of ttlMs, or half the window when a large margin leaves less', () => {
+    expect(leaseSettings({ ttlMs: 30_000 }).renewEveryMs).toBe(10_000);
+    expect(leaseSettings({ ttlMs: 1000, safetyMarginMs: 500 }).renewEveryMs).toBe(250);
+    expect(leaseSettings({ ttlMs: 1000, safetyMarginMs: 998 }).renewEveryMs).toBe(1);
+  });
+
+  it('refuses a margin that leaves no window a renewal fits in twice', () => {
+    expect(() => leaseSettings({ ttlMs: 1000, safetyMarginMs: 999 })).toThrow(
+      expect.objectContaining({ code: 'OPTION_INVALID' }),
+    );
+  });
+});
+
+describe('names and owners PostgreSQL text cannot store', () => {
+  it.each([
+    ['a NUL in the namespace', 'ns\u0000x', 'job'],
+    ['a NUL in the job key', 'ns', 'job\u0000'],
+  ])(
+    'runWithLease refuses %s with LockKeyError KEY_MALFORMED before any SQL',
+    async (_l, ns, jk) => {
+      await expect(locks.runWithLease(ns, jk, task)).rejects.toMatchObject({
+        name: 'LockKeyError',
+        code: 'KEY_MALFORMED',
+      });
+      await expect(
+        locks.withFencedWrite({ namespace: ns, jobKey: jk, token: 1n }, () => 1),
+      ).rejects.toMatchObject({ name: 'LockKeyError', code: 'KEY_MALFORMED' });
+    },
+  );
+
+  it.each([
+    ['a NUL', 'worker\u00001'],
+    ['a lone surrogate', 'worker\ud800'],
+  ])(
+    'runWithLease refuses an owner with %s with OPTION_INVALID before any SQL',
+    async (_l, owner) => {
+      await expect(locks.runWithLease('ns', 'job', task, { owner })).rejects.toMatchObject({
+        name: 'LockkitError',
+        code: 'OPTION_INVALID',
+      });
+    },
+  );
 });

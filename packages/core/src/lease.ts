@@ -23,6 +23,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { MAX_TIMER_MS } from './clock.js';
 import {
   askCommitStatus,
   checkCommittable,
@@ -33,7 +34,8 @@ import { isConnectionLoss, isLostOrOutcomeUnknown } from './connection-loss.js';
 import { ConnectionLostError, isLockkitError, LeaseLostError, LockkitError } from './errors.js';
 import type { LockkitEvent } from './events.js';
 import type { LockExecutor, QueryFn, Row, TransactionContext } from './executor.js';
-import { LockKey } from './keys.js';
+import { isStorableText, leaseKey } from './job-name.js';
+import type { LockKey } from './keys.js';
 import { fromPostgresError } from './postgres-errors.js';
 import {
   claimStatement,
@@ -98,15 +100,22 @@ export function tokenParts(token: bigint): FencingTokenParts {
 export interface LeaseOptions {
   /** How long a claim or renewal keeps the lease, in ms (database clock). Default 30,000. */
   readonly ttlMs?: number;
-  /** How often the heartbeat renews, in ms. Default a third of `ttlMs`. */
+  /**
+   * How often the heartbeat renews, in ms: from 1 to half of `ttlMs − safetyMarginMs`, so that a
+   * renewal has as long to come back as was waited to send it (a claim is held to the same
+   * bound). Default a third of `ttlMs`, or half of `ttlMs − safetyMarginMs` when that is less.
+   */
   readonly renewEveryMs?: number;
   /**
    * How long before the expiry, on this process's monotonic clock, the holder gives up if no
-   * renewal has succeeded — so that it stops before anyone else can claim. Default a fifth of
-   * `ttlMs` (at most 5 s).
+   * renewal has succeeded — so that it stops before anyone else can claim. From 0 to
+   * `ttlMs − 2`. Default a fifth of `ttlMs` (at most 5 s).
    */
   readonly safetyMarginMs?: number;
-  /** Who holds the lease, stored in the row. Default `host:pid:random`. */
+  /**
+   * Who holds the lease, stored in the row: 1 to 200 characters, without NUL (U+0000) or a lone
+   * UTF-16 surrogate. Default `host:pid:random`.
+   */
   readonly owner?: string;
   /**
    * Cancels the run. Already aborted: the call rejects with a {@link LockkitError} code
@@ -254,21 +263,41 @@ export function leaseSettings(options: LeaseOptions): LeaseSettings {
     );
   }
   const ttlMs = integerOption(options.ttlMs ?? 30_000, 'ttlMs', 50, 2_147_483_647);
+  // At least 2 ms left between a send and the local deadline, for renewEveryMs of 1 ms (below).
   const safetyMarginMs = integerOption(
     options.safetyMarginMs ?? Math.min(Math.floor(ttlMs / 5), 5000),
     'safetyMarginMs',
     0,
-    ttlMs - 1,
+    ttlMs - 2,
   );
+  // A renewal is a round trip: one sent as late as the local deadline cannot be answered before
+  // it, and the lease is lost every time. Held to the claim's own bound (a claim answered more
+  // than half of ttlMs − safetyMarginMs after it was sent is given back): a renewal sent at most
+  // half the window after the last successful send has as long again to come back.
+  const window = ttlMs - safetyMarginMs;
   const renewEveryMs = integerOption(
-    options.renewEveryMs ?? Math.floor(ttlMs / 3),
+    options.renewEveryMs ?? Math.min(Math.floor(ttlMs / 3), Math.floor(window / 2)),
     'renewEveryMs',
     1,
-    ttlMs - safetyMarginMs,
+    2_147_483_647,
   );
+  if (renewEveryMs * 2 > window) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      `renewEveryMs ${renewEveryMs} is more than half of ttlMs − safetyMarginMs (ttlMs ${ttlMs} − safetyMarginMs ${safetyMarginMs} = ${window} ms): a renewal sent that late could not be answered before the holder's deadline. Use at most ${Math.floor(window / 2)}.`,
+    );
+  }
   const owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-  if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200) {
-    throw new LockkitError('OPTION_INVALID', 'owner must be a string of 1 to 200 characters.');
+  if (
+    typeof owner !== 'string' ||
+    owner.length === 0 ||
+    owner.length > 200 ||
+    !isStorableText(owner)
+  ) {
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'owner must be a string of 1 to 200 characters, without NUL (U+0000) or a lone UTF-16 surrogate (PostgreSQL text cannot store it as given).',
+    );
   }
   if (options.heartbeat !== undefined && typeof options.heartbeat !== 'boolean') {
     throw new LockkitError('OPTION_INVALID', 'heartbeat must be a boolean.');
@@ -586,6 +615,31 @@ function connectionLostBeforeCommit(
   );
 }
 
+/**
+ * Calls `callback` once `ms` have passed on the monotonic clock, on a timer that never keeps the
+ * process alive; the returned function cancels it. A wait longer than {@link MAX_TIMER_MS} —
+ * which `setTimeout` would cut to 1 ms — is slept in steps of at most that, re-reading the clock
+ * after each. `Infinity` never calls back; NaN and negative waits count as 0.
+ */
+function afterMonotonic(ms: number, callback: () => void): () => void {
+  if (ms === Number.POSITIVE_INFINITY) return () => {};
+  const wait = Math.max(0, ms || 0);
+  const due = performance.now() + wait;
+  const step = (): void => {
+    const left = due - performance.now();
+    if (left <= 0) {
+      callback();
+      return;
+    }
+    timer = setTimeout(step, Math.min(Math.ceil(left), MAX_TIMER_MS));
+    timer.unref();
+  };
+  // The first step is a timer too, as the bare setTimeout was: never a call from the caller's stack.
+  let timer = setTimeout(step, Math.min(wait, MAX_TIMER_MS));
+  timer.unref();
+  return () => clearTimeout(timer);
+}
+
 /** How a run's task ended. */
 type Outcome<T> =
   | { readonly kind: 'returned'; readonly result: T }
@@ -618,7 +672,9 @@ export async function holdLease<Tx, T>(
     /**
      * Stop renewing once the task has run this long without settling (it ignored its signal):
      * the lease then expires and another worker may take over, instead of a hung task holding
-     * the job on every node for as long as its process lives.
+     * the job on every node for as long as its process lives. Any number of ms from 0 up —
+     * the scheduler passes `timeoutMs + ttlMs`, up to twice `MAX_TIMEOUT_MS` — waited in
+     * full, however far past what one `setTimeout` can wait; `Infinity` never lets go.
      */
     readonly letGoAfterMs?: number;
   },
@@ -741,16 +797,13 @@ export async function holdLease<Tx, T>(
   };
   const aborted = () => options.abortIsFailure === true && options.signal?.aborted === true;
   let outcome: Outcome<T>;
-  let letGo: NodeJS.Timeout | undefined;
-  if (options.letGoAfterMs !== undefined) {
-    const ms = options.letGoAfterMs;
-    letGo = setTimeout(
-      () =>
-        lose(`the task ran ${ms} ms without settling, past its time limit: the lease is let go`),
-      ms,
-    );
-    letGo.unref();
-  }
+  const ms = options.letGoAfterMs;
+  const cancelLetGo =
+    ms === undefined
+      ? undefined
+      : afterMonotonic(ms, () =>
+          lose(`the task ran ${ms} ms without settling, past its time limit: the lease is let go`),
+        );
   try {
     if (aborted()) {
       outcome = { kind: 'aborted', reason: options.signal?.reason };
@@ -763,7 +816,7 @@ export async function holdLease<Tx, T>(
   } catch (error) {
     outcome = { kind: 'threw', error };
   } finally {
-    clearTimeout(letGo);
+    cancelLetGo?.();
   }
   // The finish must not race this lease's own renewal in flight (it would queue behind its lock).
   await beats.stop();
@@ -837,7 +890,7 @@ export function leaseOperations<Tx>(
     // Refuse a malformed reference before any SQL, like every other entry point.
     if (typeof lease !== 'object' || lease === null)
       throw new LockkitError('OPTION_INVALID', 'The lease must be { namespace, jobKey, token }.');
-    LockKey.fromNames(lease.namespace, lease.jobKey);
+    leaseKey(lease.namespace, lease.jobKey);
     if (typeof lease.token !== 'bigint' || lease.token < 1n || lease.token >= 2n ** 63n)
       throw new LockkitError('OPTION_INVALID', 'The lease token must be a positive int8 bigint.');
     if (typeof task !== 'function')
@@ -858,7 +911,7 @@ export function leaseOperations<Tx>(
     task: LeaseTask<Tx, T>,
     options: LeaseOptions = {},
   ): Promise<LeaseResult<T>> {
-    const key = LockKey.fromNames(namespace, jobKey);
+    const key = leaseKey(namespace, jobKey);
     if (typeof task !== 'function')
       throw new LockkitError('OPTION_INVALID', 'The task must be a function.');
     const s = leaseSettings(options);

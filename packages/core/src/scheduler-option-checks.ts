@@ -6,6 +6,7 @@
  * @packageDocumentation
  */
 import { LockkitError } from './errors.js';
+import { isStorableText } from './job-name.js';
 
 /** `value` is a plain options object (not null, not an array, not a string). */
 function isOptionsObject(value: unknown): value is Record<string, unknown> {
@@ -14,13 +15,21 @@ function isOptionsObject(value: unknown): value is Record<string, unknown> {
 
 /**
  * Refuses scheduler options that are not an object, a `clock` without `now` and `setTimer`
- * functions, and a `now` that is not a function.
+ * functions, a `now` that is not a function, and an `owner` that is not a non-empty string the
+ * ledger can store as given (no NUL, no lone UTF-16 surrogate).
  */
 export function checkSchedulerOptions(options: unknown): void {
   if (options === undefined) return;
   if (!isOptionsObject(options))
     throw new LockkitError('OPTION_INVALID', 'scheduler options must be an object.');
-  const { clock, now } = options;
+  const { clock, now, owner } = options;
+  // Stored in every ledger row and lease the scheduler writes: refused here, before any SQL,
+  // rather than by PostgreSQL (22021) on every tick.
+  if (owner !== undefined && (typeof owner !== 'string' || owner === '' || !isStorableText(owner)))
+    throw new LockkitError(
+      'OPTION_INVALID',
+      'owner must be a non-empty string without NUL (U+0000) or a lone UTF-16 surrogate (PostgreSQL text cannot store it as given).',
+    );
   if (
     clock !== undefined &&
     !(

@@ -168,3 +168,30 @@ describe('runTick refuses, before any SQL', () => {
     }
   });
 });
+
+describe('lease settings and owners checked before any SQL', () => {
+  it('refuses a lease-mode job whose renewals are due later than half of ttlMs − safetyMarginMs', () => {
+    const s = createScheduler(locks, { clock: at('2027-01-01T12:00:00Z') });
+    expect(() =>
+      s.register('late-renewal', '* * * * * *', noop, {
+        mode: 'lease',
+        lease: { ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 800 },
+      }),
+    ).toThrow(invalid);
+    expect(() =>
+      s.register('at-the-bound', '* * * * * *', noop, {
+        mode: 'lease',
+        lease: { ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 400 },
+      }),
+    ).not.toThrow();
+  });
+
+  it.each([
+    ['a NUL', 'pod\u00001'],
+    ['a lone surrogate', 'pod\udc00'],
+    ['nothing', ''],
+    ['a number', 7],
+  ])('createScheduler refuses an owner of %s with OPTION_INVALID', (_label, owner) => {
+    expect(() => createScheduler(locks, { owner: owner as string })).toThrow(invalid);
+  });
+});
