@@ -62,7 +62,7 @@ import {
   isCatchUpPolicy,
 } from './scheduler-option-checks.js';
 import { quoteIdentifier } from './sql/identifiers.js';
-import { lockStatement } from './sql/locks.js';
+import { checkMilliseconds, lockStatement } from './sql/locks.js';
 import {
   RECORD_SETTINGS,
   RELEASE_SAVEPOINT,
@@ -233,7 +233,10 @@ export const SCHEDULER_OUTCOMES = [
 
 /** Options of a scheduler. */
 export interface SchedulerOptions {
-  /** Who runs the jobs, stored in the ledger. Default `host:pid:random`. */
+  /**
+   * Who runs the jobs, stored in the ledger: a non-empty string without NUL (U+0000) or a lone
+   * UTF-16 surrogate (else `OPTION_INVALID`). Default `host:pid:random`.
+   */
   readonly owner?: string;
   /**
    * Where ticks are timed: the time, and timers. Default the system clock; tests pass a
@@ -243,8 +246,11 @@ export interface SchedulerOptions {
   /** Overrides the clock's time, in ms since the epoch (tests pass a skewed `Date.now`). */
   readonly now?: () => number;
   /**
-   * Ledger rows older than this are deleted (the latest row of each job is always kept).
-   * Default 7 days; 0 keeps everything.
+   * Ledger rows older than this are deleted. Default 7 days; 0 keeps everything. Whatever it is,
+   * each job's latest row, its PENDING and RUNNING rows and every row after the oldest of those
+   * stay, and so does a row a decision may still read (younger than twice `catchUpGraceMs`, plus
+   * the job's `jitterMs` and `claimTimeoutMs`, plus 70 s): deleting it would run its tick again.
+   * Rows are pruned every `retentionMs / 2`, at most every 10 s and at least every 10 minutes.
    */
   readonly retentionMs?: number;
   /**
@@ -390,6 +396,13 @@ const HEARTBEAT_MS = 60_000;
  */
 const MAX_OWED_MS = 60_000;
 
+/**
+ * Prune passes run every `retentionMs / 2`, within these bounds: a short retention (legal down to
+ * 1 ms) would otherwise start a pass every half millisecond, each queuing a transaction a job.
+ */
+const MIN_PRUNE_INTERVAL_MS = 10_000;
+const MAX_PRUNE_INTERVAL_MS = 600_000;
+
 /** Owned distribution: the longest `memberTtlMs`, so that a death is seen well within MAX_OWED_MS. */
 const MAX_MEMBER_TTL_MS = 30_000;
 
@@ -498,6 +511,11 @@ export class Scheduler<Tx> {
   private readonly ownerOnlyLease: LeaseOptions;
   private readonly listeners = new Map<SchedulerEventType, Set<(event: never) => void>>();
   private readonly running = new Set<Promise<void>>();
+  /**
+   * The (job row, tick ms) pairs this scheduler is deciding or running now, with how many
+   * attempts at each: {@link runTick} refuses one of them (see there).
+   */
+  private readonly deciding = new Map<string, number>();
   private readonly retryTimers = new Set<ClockTimer>();
   /**
    * By job name, the timer of a drain that left a PENDING tick not yet due on this node's clock
@@ -540,6 +558,8 @@ export class Scheduler<Tx> {
   /** The ledger's namespace: the option, or '' without one. */
   private readonly ledgerNamespace: string;
   private started = false;
+  /** Whether a prune pass is running (see {@link prune}). */
+  private pruning = false;
   private pruneTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   /** Whether this instance's registrations are in the ledger (else the heartbeat retries them). */
@@ -893,11 +913,15 @@ export class Scheduler<Tx> {
       () => true,
       () => false,
     );
+    // stop() while start() waited: it has cleared what start() had not armed yet, so arm nothing
+    // more (a timer armed now would run the stopped scheduler's heartbeats and prunes for ever).
+    if (this.stopping.signal.aborted) return;
     if (this.announced) this.announcedUpTo(initial);
     // Owned distribution: a member only once its registrations are in (the others read them when
     // it joins); until its first beat its view is stale, and it decides every job.
     if (this.membership !== undefined) {
       await this.beat();
+      if (this.stopping.signal.aborted) return;
       this.membershipTimer = setInterval(
         () => void this.beat(),
         this.membership.settings.heartbeatMs,
@@ -910,7 +934,7 @@ export class Scheduler<Tx> {
     if (this.retentionMs > 0) {
       this.pruneTimer = setInterval(
         () => void this.prune(),
-        Math.min(this.retentionMs / 2, 600_000),
+        Math.min(Math.max(this.retentionMs / 2, MIN_PRUNE_INTERVAL_MS), MAX_PRUNE_INTERVAL_MS),
       );
       this.pruneTimer.unref();
     }
@@ -918,7 +942,8 @@ export class Scheduler<Tx> {
 
   /**
    * Stops firing new ticks, aborts the signal of running tasks, and waits up to `timeoutMs`
-   * (default 30 s) for them to end — and no longer in all, its own clean-up query included. A run
+   * (default 30 s; an integer from 0 to 2^31 − 1, else `OPTION_INVALID` and nothing is stopped)
+   * for them to end — and no longer in all, its own clean-up query included. A run
    * that ends by throwing on that signal gives its tick back (PENDING in the ledger, the attempt
    * not counted): the next instance runs it — unless its transaction-mode handler committed the
    * tick's transaction itself first (`LOCK_NOT_HELD`: recorded FAILED, never run again). Pending retries
@@ -928,6 +953,9 @@ export class Scheduler<Tx> {
   async stop(
     options: { readonly timeoutMs?: number } = {},
   ): Promise<{ readonly stillRunning: number }> {
+    // Checked first: a value setTimeout cannot wait (Infinity, 2^31 ms or more) would end the
+    // wait at once and report runs still going as if the time had run out.
+    const timeoutMs = checkMilliseconds(options?.timeoutMs ?? 30_000, 'stop(): timeoutMs', 0);
     this.stopping.abort(new LockkitError('ABORTED', 'the scheduler is stopping'));
     this.timers.stopAll();
     for (const timer of this.retryTimers) timer.cancel();
@@ -943,7 +971,7 @@ export class Scheduler<Tx> {
     // its running tasks end: its successors owe its jobs' ticks from this instant, and take them
     // over at their next beat (a run still going holds its own tick's lock and row meanwhile).
     const left = this.started ? this.membership?.leave().catch(() => {}) : undefined;
-    const deadline = Date.now() + (options.timeoutMs ?? 30_000);
+    const deadline = Date.now() + timeoutMs;
     const until = (ms: number) =>
       new Promise<'timeout'>((resolve) => setTimeout(resolve, ms, 'timeout').unref());
     const all = Promise.allSettled([...this.running]);
@@ -969,6 +997,8 @@ export class Scheduler<Tx> {
    * `OPTION_INVALID` for an unknown job, or for a tick that is not a valid Date on the job's
    * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
+   * Rejects with `NESTED_CALL` for a tick this scheduler is deciding or running now — from that
+   * tick's own handler the call could never resolve.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const row = typeof name === 'string' ? this.rowOf(name) : -1;
@@ -982,6 +1012,15 @@ export class Scheduler<Tx> {
       throw new LockkitError(
         'OPTION_INVALID',
         `job "${name}": ${tick.toISOString()} is not a tick of its schedule "${this.schedules.expression(schedule)}".`,
+      );
+    }
+    // This scheduler is deciding or running that very tick now. From inside its own handler a
+    // call could never resolve (it would wait for the run that waits for it, while the job's lock
+    // stays held on every node); from anywhere else it would only wait for what is under way here.
+    if (this.deciding.has(`${row}:${at}`)) {
+      throw new LockkitError(
+        'NESTED_CALL',
+        `job "${name}": its tick ${tick.toISOString()} is being decided or run on this scheduler now; runTick resolves when this node is done with a tick, which from inside that tick's own handler would be never. Wait for its 'ran', 'failed' or 'skipped-done' event instead.`,
       );
     }
     const job = this.jobAt(row);
@@ -1406,9 +1445,17 @@ export class Scheduler<Tx> {
    * `catch-up`, or a `pending` tick of the ledger (queued, a retry, given back).
    */
   private runOne(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
-    return job.settings.mode === 'transaction'
-      ? this.runInTransaction(job, tick, how)
-      : this.runInLease(job, tick, how);
+    const key = `${job.row}:${tick.getTime()}`;
+    this.deciding.set(key, (this.deciding.get(key) ?? 0) + 1);
+    const attempt =
+      job.settings.mode === 'transaction'
+        ? this.runInTransaction(job, tick, how)
+        : this.runInLease(job, tick, how);
+    return attempt.finally(() => {
+      const left = (this.deciding.get(key) ?? 1) - 1;
+      if (left === 0) this.deciding.delete(key);
+      else this.deciding.set(key, left);
+    });
   }
 
   /** How long after its tick a run starts, on this scheduler's clock. */
@@ -2066,11 +2113,37 @@ export class Scheduler<Tx> {
     );
   }
 
+  /**
+   * Deletes each job's settled ledger rows older than `retentionMs` — never those a decision may
+   * still read (see {@link lookBackMs}), never the job's latest row, and never a row after its
+   * oldest PENDING or RUNNING one (catch-up takes a tick between its oldest recent row and now
+   * with no row for a hole). One pass at a time: a pass that outlasts the interval is not joined
+   * by another.
+   */
   private async prune(): Promise<void> {
-    for (let row = 0; row < this.names.size; row++) {
-      const job = this.jobAt(row);
-      await this.query((q) => this.ledger.prune(q, job, this.retentionMs)).catch(() => {});
+    if (this.pruning) return;
+    this.pruning = true;
+    try {
+      for (let row = 0; row < this.names.size && !this.stopping.signal.aborted; row++) {
+        const job = this.jobAt(row);
+        const keepMs = Math.max(this.retentionMs, this.lookBackMs(job));
+        await this.query((q) => this.ledger.prune(q, job, keepMs)).catch(() => {});
+      }
+    } finally {
+      this.pruning = false;
     }
+  }
+
+  /**
+   * How far back a decision about `job` may still read the ledger for a tick, at most: a node
+   * whose clock is late by up to the grace may fire a tick up to `jitterMs` late and wait up to
+   * `claimTimeoutMs` for the job before it looks; a successor in owned distribution holds the
+   * ticks it owes from up to {@link MAX_OWED_MS} (and the grace) back. A tick's row younger than
+   * this is what tells them it ran: deleting it would run the tick again.
+   */
+  private lookBackMs(job: Job<Tx>): number {
+    const { jitterMs, claimTimeoutMs } = job.settings;
+    return 2 * this.graceMs + jitterMs + claimTimeoutMs + MAX_OWED_MS + MIN_PRUNE_INTERVAL_MS;
   }
 }
 

@@ -402,11 +402,17 @@ export function pruneStatement(
   retentionMs: number,
 ): Statement {
   return {
+    // Only a prefix of the job's rows by tick: never its latest row, nor any row after its oldest
+    // PENDING or RUNNING one. Catch-up reads a tick with no row between the oldest of its recent
+    // rows and now as a hole: a row deleted after a row kept would be run again, or recorded MISSED.
     text: `DELETE FROM ${schema}.runs
             WHERE namespace = $1 AND job = $2
               AND tick < now() - $3::float8 * interval '1 millisecond'
               AND status NOT IN ('RUNNING', 'PENDING')
-              AND tick < (SELECT max(tick) FROM ${schema}.runs WHERE namespace = $1 AND job = $2)`,
+              AND tick < (SELECT max(tick) FROM ${schema}.runs WHERE namespace = $1 AND job = $2)
+              AND tick < ALL (SELECT tick FROM ${schema}.runs
+                               WHERE namespace = $1 AND job = $2
+                                 AND status IN ('RUNNING', 'PENDING'))`,
     params: [namespace, job, retentionMs],
   };
 }
