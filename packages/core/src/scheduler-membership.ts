@@ -56,6 +56,11 @@ export class SchedulerMembership {
   private previousReadMs: number | null = null;
   private beats = 0;
   private left = false;
+  /**
+   * The heartbeat statements sent and not yet answered: a leave waits for them, as one answered
+   * after the leave's would make the row live again (or insert it, for a first beat) for a TTL.
+   */
+  private readonly writing = new Set<Promise<unknown>>();
   /** The live members the view was last given, as processes (member id and incarnation). */
   private live: ReadonlySet<string> = new Set();
   /** Set when the registrations must be read again at the next beat, members changed or not. */
@@ -110,7 +115,14 @@ export class SchedulerMembership {
       this.previousReadMs,
       DEPARTURE_WINDOWS * this.settings.ttlMs,
     );
-    const rows = await this.run(statement);
+    const write = this.run(statement);
+    this.writing.add(write);
+    let rows: Awaited<typeof write>;
+    try {
+      rows = await write;
+    } finally {
+      this.writing.delete(write);
+    }
     if (this.left) return;
     const dbNow = Number(rows[0]?.db_now_ms);
     if (!Number.isFinite(dbNow)) throw new Error('the membership heartbeat returned no instant');
@@ -158,9 +170,14 @@ export class SchedulerMembership {
     await this.run(pruneMembersStatement(this.scope, PRUNE_AFTER_TTLS * this.settings.ttlMs));
   }
 
-  /** Leaves the namespace at once (the scheduler stops): successors owe its ticks from now. */
+  /**
+   * Leaves the namespace (the scheduler stops): successors owe its ticks from the leave. No beat
+   * is sent from now on; one already sent is waited for first (answered or failed), else it could
+   * land after the leave and keep the row live for a TTL more.
+   */
   async leave(): Promise<void> {
     this.left = true;
+    await Promise.allSettled([...this.writing]);
     await this.run(memberLeaveStatement(this.scope, this.self));
   }
 }

@@ -141,6 +141,69 @@ describe('scheduler membership (real PostgreSQL)', () => {
     expect(notA.every((job) => a.view.decides(job, ns.now()))).toBe(true);
   });
 
+  it('a leave marks the row departed at one instant: heartbeat_at and expires_at equal, every time', async () => {
+    const ns = namespace([]);
+    const settings = { heartbeatMs: 1000, ttlMs: 60_000, staleMs: 50_000 };
+    // clock_timestamp() read twice in one statement differs now and then (by a microsecond):
+    // a leave must write the same instant to both, the mark of a departure.
+    for (let i = 0; i < 300; i++) {
+      const m = new SchedulerMembership(run, ns.scope, `m-${i}`, settings, ns.now);
+      await m.beat();
+      await m.leave();
+    }
+    const { rows } = await admin.query(
+      `SELECT count(*) FILTER (WHERE expires_at <> heartbeat_at)::int AS uneven,
+              count(*) FILTER (WHERE expires_at > clock_timestamp())::int AS live
+         FROM "${schemaName}".scheduler_members WHERE namespace = $1`,
+      [ns.scope.namespace],
+    );
+    expect(rows[0]).toEqual({ uneven: 0, live: 0 });
+  });
+
+  for (const beforeLeave of ['its first beat', 'a later beat'] as const) {
+    it(`a leave while ${beforeLeave} is in flight: the beat, answered after the leave was asked, does not bring the row back`, async () => {
+      const ns = namespace([]);
+      const settings = { heartbeatMs: 1000, ttlMs: 60_000, staleMs: 50_000 };
+      let holding = false;
+      let release = () => {};
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let beatHeld = () => {};
+      const held = new Promise<void>((resolve) => {
+        beatHeld = resolve;
+      });
+      let leaveSent = false;
+      // The beat's statement is held before it reaches the server; the leave's is noted when
+      // sent (synchronously, within leave(), if it does not wait for the beat).
+      const heldRun: RunStatement = async (statement) => {
+        if (holding && statement.text.includes('WITH beat AS')) {
+          holding = false;
+          beatHeld();
+          await gate;
+        } else if (statement.text.startsWith('UPDATE')) leaveSent = true;
+        return run(statement);
+      };
+      const m = new SchedulerMembership(heldRun, ns.scope, 'a', settings, ns.now);
+      if (beforeLeave === 'a later beat') await m.beat();
+      holding = true;
+      const beat = m.beat().catch(() => {});
+      await held;
+      const leave = m.leave();
+      // A leave sent at once is let through first (it commits before the beat is released);
+      // one that waits for the beat has sent nothing yet.
+      if (leaveSent) await leave;
+      release();
+      await Promise.all([beat, leave]);
+      const { rows } = await admin.query(
+        `SELECT expires_at <= clock_timestamp() AS gone, expires_at = heartbeat_at AS departed
+           FROM "${schemaName}".scheduler_members WHERE namespace = $1 AND member = 'a'`,
+        [ns.scope.namespace],
+      );
+      expect(rows).toEqual([{ gone: true, departed: true }]);
+    });
+  }
+
   it('refuses timings under which a member could be taken over while it still trusts its view', () => {
     const scope = { schema: quoteIdentifier(schemaName), namespace: 'x' };
     const membership = (heartbeatMs: number, ttlMs: number, staleMs: number) => () =>

@@ -76,15 +76,18 @@ export function memberHeartbeatStatement(
  * `member` leaves at once (its scheduler stopped): its row stops being live now, and stays for
  * the others' departure window, so that its successors owe its jobs' ticks from this instant. A
  * row that already expired is left as it is: its last heartbeat is what the successors owe from.
+ * One instant, read once, is written to both columns (`expires_at = heartbeat_at` marks a leave):
+ * `clock_timestamp()` read twice in a statement may differ by a microsecond.
  */
 export function memberLeaveStatement(
   { schema, namespace }: LedgerScope,
   member: string,
 ): Statement {
   return {
-    text: `UPDATE ${schema}.scheduler_members
-              SET heartbeat_at = clock_timestamp(), expires_at = clock_timestamp()
-            WHERE namespace = $1 AND member = $2 AND expires_at > clock_timestamp()`,
+    text: `UPDATE ${schema}.scheduler_members AS m
+              SET heartbeat_at = left_at.at, expires_at = left_at.at
+             FROM (SELECT clock_timestamp() AS at) AS left_at
+            WHERE m.namespace = $1 AND m.member = $2 AND m.expires_at > left_at.at`,
     params: [namespace, member],
   };
 }
