@@ -93,7 +93,10 @@ export type TickState =
    * committed: to record FAILED, never to run again.
    */
   | { readonly kind: 'self-committed' }
-  /** SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. */
+  /**
+   * SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. Or PRUNED: no
+   * row, but older than the look-back with a later tick's row (it may have run, its row pruned).
+   */
   | { readonly kind: 'settled'; readonly status: string };
 
 /** A job as the ledger knows it: its name and the hash of its schedule. */
@@ -188,9 +191,18 @@ export class Ledger {
     private readonly leaseNamespace: string,
   ) {}
 
-  /** What the ledger says about `tick` of `job`, by the scheduler's clock `now`. */
-  async state(query: QueryFn, job: LedgerJob, tick: Date, now: Date): Promise<TickState> {
-    const s = tickStateStatement(this.scope, this.leaseNamespace, job.name, tick, now);
+  /**
+   * What the ledger says about `tick` of `job`, by the scheduler's clock `now`. A tick older than
+   * `lookBackMs` whose row pruning may have deleted is settled ('PRUNED'), not free.
+   */
+  async state(
+    query: QueryFn,
+    job: LedgerJob,
+    tick: Date,
+    now: Date,
+    lookBackMs: number,
+  ): Promise<TickState> {
+    const s = tickStateStatement(this.scope, this.leaseNamespace, job.name, tick, now, lookBackMs);
     const [row] = await rowsOf(query, s);
     if (!row) return { kind: 'free' };
     const status = String(row.status);

@@ -193,6 +193,10 @@ export type SchedulerEvent =
       readonly willRetry: boolean;
     }
   | { readonly type: 'skipped-held'; readonly job: string; readonly tick: Date }
+  /**
+   * The tick was decided already: its ledger row says so, or it is older than the job's look-back
+   * with no row while a later tick has one (its row may have been pruned; see `retentionMs`).
+   */
   | { readonly type: 'skipped-done'; readonly job: string; readonly tick: Date }
   | { readonly type: 'missed'; readonly job: string; readonly ticks: readonly Date[] }
   | {
@@ -998,7 +1002,9 @@ export class Scheduler<Tx> {
    * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
    * Rejects with `NESTED_CALL` for a tick this scheduler is deciding or running now — from that
-   * tick's own handler the call could never resolve.
+   * tick's own handler the call could never resolve. A tick older than the job's look-back (see
+   * `retentionMs`) with no ledger row, while a later tick has one, is taken for pruned and reported
+   * `skipped-done`, not run.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const row = typeof name === 'string' ? this.rowOf(name) : -1;
@@ -1686,7 +1692,7 @@ export class Scheduler<Tx> {
           async (tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(ctx.query, job, tick, now);
+            const state = await this.ledger.state(ctx.query, job, tick, now, this.lookBackMs(job));
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const, catchUp: [] };
@@ -1885,7 +1891,7 @@ export class Scheduler<Tx> {
           async (_tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(ctx.query, job, tick, now);
+            const state = await this.ledger.state(ctx.query, job, tick, now, this.lookBackMs(job));
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const };

@@ -140,6 +140,46 @@ it("a short retention keeps a tick's row while a late node may still decide it: 
   expect(await ranTwice(job)).toEqual([]);
 });
 
+it('a decision that comes later than its look-back finds a pruned tick done, not free: a stalled timer, or runTick of an old tick, does not run it again', async () => {
+  vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+  const job = `stalled-${randomBytes(3).toString('hex')}`;
+  // Two ticks years old on the database's clock (far beyond any look-back), then a recent one.
+  const old = Date.UTC(2020, 0, 1);
+  const recent = Math.floor(Date.now() / 1000) * 1000 - 3000;
+  const handler = async (run: { tick: Date; tx: pg.PoolClient }) => {
+    await run.tx.query(`INSERT INTO "${schema}".done VALUES ($1, $2)`, [job, run.tick]);
+  };
+  const early = createScheduler(client(), {
+    clock: new SimulatedClock(recent + 500),
+    retentionMs: 1000,
+  });
+  early.register(job, '* * * * * *', handler);
+  const earlyEnded = endings(early);
+  await early.start();
+  await early.runTick(job, new Date(old));
+  await early.runTick(job, new Date(old + 1000));
+  await early.runTick(job, new Date(recent));
+  vi.advanceTimersToNextTimer(); // the first prune pass: both old rows go, the latest stays
+  await prunedPast(job, old);
+  await prunedPast(job, old + 1000);
+  // An operator's runTick of a tick whose row was pruned.
+  const found = earlyEnded(old);
+  await early.runTick(job, new Date(old));
+  await found;
+  // A node stalled since 2020 (its clock that far behind): its timer fires the other old tick now.
+  const clock = new SimulatedClock(old + 500);
+  const stalled = createScheduler(client(), { clock });
+  stalled.register(job, '* * * * * *', handler);
+  const stalledEnded = endings(stalled);
+  await stalled.start();
+  const fired = stalledEnded(old + 1000);
+  await clock.advanceTo(old + 1000);
+  await fired;
+  await early.stop({ timeoutMs: 5000 });
+  await stalled.stop({ timeoutMs: 5000 });
+  expect(await ranTwice(job)).toEqual([]);
+});
+
 it('a retention of 1 ms does not start a prune pass every half millisecond', async () => {
   const intervals: number[] = [];
   const real = globalThis.setInterval;

@@ -36,6 +36,14 @@ const tokenParam = (token: bigint | null) => (token === null ? null : String(tok
  * The ledger row of one tick, or none: `status`, `attempt`, `token`, `due` (a PENDING row whose
  * `retry_at` has come), and `runner_gone` (a lease-mode RUNNING row whose lease is no longer live
  * under its token: its runner died or lost it).
+ *
+ * A tick with no row that is older than `lookBackMs` (by the database's clock, read now) while a
+ * later tick of the job has a row answers `status` 'PRUNED': pruning deletes only a prefix of a
+ * job's rows, never its latest, and only rows older than the look-back (see `pruneStatement`), so
+ * such a tick may have run and had its row deleted — nothing tells the two apart, and running it
+ * would run it twice. (A tick nobody decided is a hole for the catch-up of the later ticks, which
+ * gives it a row; one a decision reaches only after the look-back is beyond what the scheduler
+ * promises to run.)
  */
 export function tickStateStatement(
   { schema, namespace }: LedgerScope,
@@ -43,6 +51,7 @@ export function tickStateStatement(
   job: string,
   tick: Date,
   now: Date,
+  lookBackMs: number,
 ): Statement {
   return {
     text: `SELECT r.status, r.attempt, r.token::text AS token, r.error,
@@ -51,8 +60,15 @@ export function tickStateStatement(
                      SELECT 1 FROM ${schema}.leases l
                       WHERE l.namespace = $5 AND l.job_key = r.job AND l.token = r.token
                         AND l.status = 'IN_PROGRESS' AND l.expires_at > now())) AS runner_gone
-             FROM ${schema}.runs r WHERE r.namespace = $1 AND r.job = $2 AND r.tick = $3`,
-    params: [namespace, job, iso(tick), iso(now), leaseNamespace],
+             FROM ${schema}.runs r WHERE r.namespace = $1 AND r.job = $2 AND r.tick = $3
+           UNION ALL
+           SELECT 'PRUNED', NULL, NULL, NULL, false, false
+            WHERE $3::timestamptz < clock_timestamp() - $6::float8 * interval '1 millisecond'
+              AND NOT EXISTS (SELECT 1 FROM ${schema}.runs
+                               WHERE namespace = $1 AND job = $2 AND tick = $3)
+              AND EXISTS (SELECT 1 FROM ${schema}.runs
+                           WHERE namespace = $1 AND job = $2 AND tick > $3)`,
+    params: [namespace, job, iso(tick), iso(now), leaseNamespace, lookBackMs],
   };
 }
 
