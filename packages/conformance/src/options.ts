@@ -58,7 +58,7 @@ const invalid = (message: string) => new LockkitError('OPTION_INVALID', message)
 export function checkConformanceOptions(options: unknown): RunConformanceOptions {
   if (options === undefined) return {};
   if (typeof options !== 'object' || options === null || Array.isArray(options))
-    throw invalid(`runConformance options must be an object, got ${describe(options)}.`);
+    throw invalid(`runConformance options must be an object, got ${shown(options)}.`);
   const known = new Set(['groups', 'schedulerSeconds', 'schedulerFaultPoints']);
   for (const key of Object.keys(options))
     if (!known.has(key))
@@ -67,12 +67,12 @@ export function checkConformanceOptions(options: unknown): RunConformanceOptions
   if (groups !== undefined) {
     if (!Array.isArray(groups) || groups.length === 0)
       throw invalid(
-        `runConformance option groups must be a non-empty array of group names, got ${describe(groups)}.`,
+        `runConformance option groups must be a non-empty array of group names, got ${shown(groups)}.`,
       );
     for (const group of groups)
       if (!(CONFORMANCE_GROUPS as readonly unknown[]).includes(group))
         throw invalid(
-          `runConformance option groups: ${describe(group)} is not a group (the groups are ${CONFORMANCE_GROUPS.join(', ')}).`,
+          `runConformance option groups: ${shown(group)} is not a group (the groups are ${CONFORMANCE_GROUPS.join(', ')}).`,
         );
   }
   if (schedulerSeconds !== undefined)
@@ -83,7 +83,7 @@ export function checkConformanceOptions(options: unknown): RunConformanceOptions
     schedulerFaultPoints !== 'through-pgbouncer'
   )
     throw invalid(
-      `runConformance option schedulerFaultPoints must be true, false or 'through-pgbouncer', got ${describe(schedulerFaultPoints)}.`,
+      `runConformance option schedulerFaultPoints must be true, false or 'through-pgbouncer', got ${shown(schedulerFaultPoints)}.`,
     );
   return options as RunConformanceOptions;
 }
@@ -100,11 +100,12 @@ export function schedulerSecondsFromEnv(): number | undefined {
 function checkSchedulerSeconds(value: unknown, what: string): void {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < MIN_SCHEDULER_SECONDS)
     throw invalid(
-      `runConformance ${what} must be a whole number of seconds from ${MIN_SCHEDULER_SECONDS}, got ${describe(value)}.`,
+      `runConformance ${what} must be a whole number of seconds from ${MIN_SCHEDULER_SECONDS}, got ${shown(value)}.`,
     );
 }
 
-function describe(value: unknown): string {
+/** A bad option value as an error message shows it. */
+function shown(value: unknown): string {
   if (typeof value === 'string') return `'${value}'`;
   if (Array.isArray(value)) return 'an array';
   if (value === null) return 'null';
