@@ -34,9 +34,11 @@ it('keeps a lease renewed every (ttlMs − safetyMarginMs) / 2 past its first de
   };
   const locks = createLockClient(poolExecutor(pool), { schema, onEvent });
   await locks.migrate();
-  // ttl 1000, margin 200: the first local deadline is 800 ms after the claim was sent; the
-  // second renewal is sent at about 800 ms, so the lease outlives that deadline only by renewing.
-  const settings = { ttlMs: 1000, safetyMarginMs: 200, renewEveryMs: 400 };
+  // ttl 4000, margin 800: the first local deadline is 3.2 s after the claim was sent; the second
+  // renewal is sent at about 3.2 s, so the lease outlives that deadline only by renewing. Each
+  // renewal has 1.6 s to be answered (a busy CI machine's round trip, not the bound, is what a
+  // shorter TTL would test).
+  const settings = { ttlMs: 4000, safetyMarginMs: 800, renewEveryMs: 1600 };
   const result = await locks.runWithLease(
     'renew-bound',
     'job',
