@@ -622,9 +622,9 @@ function claimSplit(raw: string): 'shared' | 'owned' {
 /** One entry of LOCKKIT_BENCH_CLAIM_RUNS. */
 function claimRun(raw: string): ClaimRun {
   const value = raw.trim();
-  if (value === 'savepoint' || value === 'own') return value;
+  if (value === 'savepoint' || value === 'chained' || value === 'own') return value;
   throw new Error(
-    `LOCKKIT_BENCH_CLAIM_RUNS takes 'savepoint' and 'own', comma-separated; got '${raw}'`,
+    `LOCKKIT_BENCH_CLAIM_RUNS takes 'savepoint', 'chained' and 'own', comma-separated; got '${raw}'`,
   );
 }
 

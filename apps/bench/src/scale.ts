@@ -302,7 +302,10 @@ export interface ClaimModelReport {
   readonly batch: number;
   /** `owned`: each process makes PENDING and claims only its own jobs' rows; `shared`: every job's. */
   readonly split: 'shared' | 'owned';
-  /** How a claimed row runs: in the claiming transaction between savepoints, or in its own. */
+  /**
+   * How a claimed row runs: in the claiming transaction between savepoints (`chained`: one round
+   * trip between two runs), or in its own.
+   */
   readonly run: ClaimRun;
   /** Claiming connections per process. */
   readonly connections: number;
@@ -318,7 +321,7 @@ export interface ClaimModelReport {
 }
 
 /** How the claim model runs a claimed row (see claim-model-worker.ts). */
-export type ClaimRun = 'savepoint' | 'own';
+export type ClaimRun = 'savepoint' | 'chained' | 'own';
 
 /** The claim model's shape beyond its size (see claim-model-worker.ts). */
 export interface ClaimModelShape {
