@@ -32,6 +32,7 @@ import {
   liveSchedulesStatement,
   nextDueStatement,
   nextPendingStatement,
+  PRUNED,
   pendingTicksStatement,
   pruneStatement,
   queueTickStatement,
@@ -93,11 +94,13 @@ export type TickState =
    * committed: to record FAILED, never to run again.
    */
   | { readonly kind: 'self-committed' }
+  /** SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. */
+  | { readonly kind: 'settled'; readonly status: string }
   /**
-   * SUCCEEDED, FAILED, SKIPPED_OVERLAP, MISSED or ABANDONED: nothing more to do. Or PRUNED: no
-   * row, but older than the look-back with a later tick's row (it may have run, its row pruned).
+   * No row, older than what pruning keeps, with rows after it and none before: it may have run and
+   * had its row pruned. Done: nothing tells it from a tick that ran.
    */
-  | { readonly kind: 'settled'; readonly status: string };
+  | { readonly kind: 'pruned' };
 
 /** A job as the ledger knows it: its name and the hash of its schedule. */
 export interface LedgerJob {
@@ -192,20 +195,29 @@ export class Ledger {
   ) {}
 
   /**
-   * What the ledger says about `tick` of `job`, by the scheduler's clock `now`. A tick older than
-   * `lookBackMs` whose row pruning may have deleted is settled ('PRUNED'), not free.
+   * What the ledger says about `tick` of `job`, by the scheduler's clock `now`. With
+   * `prunedBeforeMs` (how old a row this node's pruning may delete; null: it deletes none), a tick
+   * whose row pruning may have deleted is `pruned`, not free.
    */
   async state(
     query: QueryFn,
     job: LedgerJob,
     tick: Date,
     now: Date,
-    lookBackMs: number,
+    prunedBeforeMs: number | null,
   ): Promise<TickState> {
-    const s = tickStateStatement(this.scope, this.leaseNamespace, job.name, tick, now, lookBackMs);
+    const s = tickStateStatement(
+      this.scope,
+      this.leaseNamespace,
+      job.name,
+      tick,
+      now,
+      prunedBeforeMs,
+    );
     const [row] = await rowsOf(query, s);
     if (!row) return { kind: 'free' };
     const status = String(row.status);
+    if (status === PRUNED) return { kind: 'pruned' };
     if (status === 'PENDING')
       return row.due === true
         ? { kind: 'due', catchUp: row.error === HELD_FOR_CATCH_UP && Number(row.attempt) === 0 }

@@ -194,8 +194,8 @@ export type SchedulerEvent =
     }
   | { readonly type: 'skipped-held'; readonly job: string; readonly tick: Date }
   /**
-   * The tick was decided already: its ledger row says so, or it is older than the job's look-back
-   * with no row while a later tick has one (its row may have been pruned; see `retentionMs`).
+   * The tick was decided already: its ledger row says so, or it is older than what pruning keeps,
+   * with no row, rows after it and none before (its row may have been pruned; see `retentionMs`).
    */
   | { readonly type: 'skipped-done'; readonly job: string; readonly tick: Date }
   | { readonly type: 'missed'; readonly job: string; readonly ticks: readonly Date[] }
@@ -1002,9 +1002,9 @@ export class Scheduler<Tx> {
    * schedule (a tick the schedule never produces would get a ledger row of its own, and skew
    * catch-up and retention); infrastructure failures are `error` events, as for timed ticks.
    * Rejects with `NESTED_CALL` for a tick this scheduler is deciding or running now — from that
-   * tick's own handler the call could never resolve. A tick older than the job's look-back (see
-   * `retentionMs`) with no ledger row, while a later tick has one, is taken for pruned and reported
-   * `skipped-done`, not run.
+   * tick's own handler the call could never resolve. A tick older than what pruning keeps (see
+   * `retentionMs`), with no ledger row, rows after it and none before, is taken for pruned and
+   * reported `skipped-done`, not run.
    */
   async runTick(name: string, tick: Date): Promise<void> {
     const row = typeof name === 'string' ? this.rowOf(name) : -1;
@@ -1567,6 +1567,16 @@ export class Scheduler<Tx> {
     return this.query(async (q) => {
       const { tickFree, anotherTickRuns } = await this.ledger.judge(q, this.keyOf(job), tickKey);
       if (!tickFree || !anotherTickRuns) return 'again';
+      // A decision later than the look-back may find its tick's row pruned: done, as under the
+      // job's lock (see Ledger.state). Queued or recorded skipped, it would run again or lie.
+      const state = await this.ledger.state(
+        q,
+        job,
+        tick,
+        new Date(this.now()),
+        this.prunedBeforeMs(job),
+      );
+      if (state.kind === 'pruned') return 'exists';
       return this.overlapped(job, tick, q);
     });
   }
@@ -1692,7 +1702,13 @@ export class Scheduler<Tx> {
           async (tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(ctx.query, job, tick, now, this.lookBackMs(job));
+            const state = await this.ledger.state(
+              ctx.query,
+              job,
+              tick,
+              now,
+              this.prunedBeforeMs(job),
+            );
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const, catchUp: [] };
@@ -1891,7 +1907,13 @@ export class Scheduler<Tx> {
           async (_tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(ctx.query, job, tick, now, this.lookBackMs(job));
+            const state = await this.ledger.state(
+              ctx.query,
+              job,
+              tick,
+              now,
+              this.prunedBeforeMs(job),
+            );
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const };
@@ -2132,12 +2154,22 @@ export class Scheduler<Tx> {
     try {
       for (let row = 0; row < this.names.size && !this.stopping.signal.aborted; row++) {
         const job = this.jobAt(row);
-        const keepMs = Math.max(this.retentionMs, this.lookBackMs(job));
+        const keepMs = this.prunedBeforeMs(job) as number;
         await this.query((q) => this.ledger.prune(q, job, keepMs)).catch(() => {});
       }
     } finally {
       this.pruning = false;
     }
+  }
+
+  /**
+   * How old (ms, by the tick) a row of `job` this node's pruning may delete: `retentionMs`, and
+   * never less than {@link lookBackMs}; null when this node prunes nothing (`retentionMs` 0). A
+   * decision takes a tick older than that with no row for pruned (see Ledger.state): nodes that
+   * share jobs should share `retentionMs`, as they share the settings of the look-back.
+   */
+  private prunedBeforeMs(job: Job<Tx>): number | null {
+    return this.retentionMs > 0 ? Math.max(this.retentionMs, this.lookBackMs(job)) : null;
   }
 
   /**

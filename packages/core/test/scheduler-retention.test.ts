@@ -180,6 +180,86 @@ it('a decision that comes later than its look-back finds a pruned tick done, not
   expect(await ranTwice(job)).toEqual([]);
 });
 
+it("a late decision about a pruned tick that finds the job busy is not queued behind the run holding it (overlap 'queue'): it is done, not run again", async () => {
+  vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+  const job = `held-${randomBytes(3).toString('hex')}`;
+  const old = Date.UTC(2020, 0, 1);
+  const recent = Math.floor(Date.now() / 1000) * 1000 - 3000;
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let holding = () => {};
+  const held = new Promise<void>((resolve) => {
+    holding = resolve;
+  });
+  const scheduler = createScheduler(client(), {
+    clock: new SimulatedClock(recent + 1500),
+    retentionMs: 1000,
+  });
+  scheduler.register(
+    job,
+    '* * * * * *',
+    async (run) => {
+      await run.tx.query(`INSERT INTO "${schema}".done VALUES ($1, $2)`, [job, run.tick]);
+      // The latest tick's run holds the job until the test releases it.
+      if (run.tick.getTime() === recent + 1000) {
+        holding();
+        await gate;
+      }
+    },
+    { overlap: 'queue', claimTimeoutMs: 100 },
+  );
+  const ended = endings(scheduler);
+  await scheduler.start();
+  await scheduler.runTick(job, new Date(old));
+  await scheduler.runTick(job, new Date(recent));
+  vi.advanceTimersToNextTimer(); // the first prune pass: the old row goes
+  await prunedPast(job, old);
+  const holder = scheduler.runTick(job, new Date(recent + 1000));
+  await held;
+  // The old tick's decision waits for the job, times out, and finds another tick's run holding it.
+  const found = ended(old);
+  await scheduler.runTick(job, new Date(old));
+  release();
+  await holder;
+  await found;
+  await scheduler.stop({ timeoutMs: 5000 });
+  expect(await ranTwice(job)).toEqual([]);
+});
+
+it('a tick older than what pruning keeps, with no row but rows before and after it, was not pruned: it runs (a transaction-mode run of it that outlasted the look-back and rolled back)', async () => {
+  const job = `rolled-back-${randomBytes(3).toString('hex')}`;
+  const old = Date.UTC(2020, 0, 1);
+  const handler = async (run: { tick: Date; tx: pg.PoolClient }) => {
+    await run.tx.query(`INSERT INTO "${schema}".done VALUES ($1, $2)`, [job, run.tick]);
+  };
+  const scheduler = createScheduler(client(), {
+    clock: new SimulatedClock(old + 2500),
+    retentionMs: 1000,
+  });
+  scheduler.register(job, '* * * * * *', handler);
+  const ended = endings(scheduler);
+  await scheduler.start();
+  // The ticks around it ran; its own run left nothing (rolled back when its node died).
+  await scheduler.runTick(job, new Date(old));
+  await scheduler.runTick(job, new Date(old + 2000));
+  const outcome = new Promise<string>((resolve) => {
+    scheduler.on('ran', (e) => e.tick.getTime() === old + 1000 && resolve('ran'));
+    scheduler.on('skipped-done', (e) => e.tick.getTime() === old + 1000 && resolve('skipped-done'));
+  });
+  const ending = ended(old + 1000);
+  await scheduler.runTick(job, new Date(old + 1000));
+  await ending;
+  await scheduler.stop({ timeoutMs: 5000 });
+  expect(await outcome).toBe('ran');
+  const { rows } = await observer.query(
+    `SELECT count(*)::int AS n FROM "${schema}".done WHERE job = $1 AND tick = $2`,
+    [job, new Date(old + 1000)],
+  );
+  expect(rows[0]?.n).toBe(1);
+});
+
 it('a retention of 1 ms does not start a prune pass every half millisecond', async () => {
   const intervals: number[] = [];
   const real = globalThis.setInterval;

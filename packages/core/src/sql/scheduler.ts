@@ -33,17 +33,23 @@ const dueAtOnce = (tick: string, now: string) => `least(${tick}, ${now})`;
 const tokenParam = (token: bigint | null) => (token === null ? null : String(token));
 
 /**
+ * The `status` {@link tickStateStatement} answers for a tick with no row that pruning may have
+ * deleted (never stored).
+ */
+export const PRUNED = 'PRUNED';
+
+/**
  * The ledger row of one tick, or none: `status`, `attempt`, `token`, `due` (a PENDING row whose
  * `retry_at` has come), and `runner_gone` (a lease-mode RUNNING row whose lease is no longer live
  * under its token: its runner died or lost it).
  *
- * A tick with no row that is older than `lookBackMs` (by the database's clock, read now) while a
- * later tick of the job has a row answers `status` 'PRUNED': pruning deletes only a prefix of a
- * job's rows, never its latest, and only rows older than the look-back (see `pruneStatement`), so
- * such a tick may have run and had its row deleted — nothing tells the two apart, and running it
- * would run it twice. (A tick nobody decided is a hole for the catch-up of the later ticks, which
- * gives it a row; one a decision reaches only after the look-back is beyond what the scheduler
- * promises to run.)
+ * With `prunedBeforeMs` (what this node's pruning keeps; null when it keeps every row), a tick with
+ * no row that is older than that (by the database's clock, read now), while the job has rows after
+ * it and none before it, answers `status` {@link PRUNED}: pruning deletes only a prefix of a job's
+ * rows, never its latest, and only rows older than what it keeps (see `pruneStatement`), so such a
+ * tick may have run and had its row deleted — nothing tells the two apart, and running it would
+ * run it twice. A tick with an older row beside it was not pruned (a transaction-mode run of it
+ * that outlasted the look-back and rolled back leaves exactly that: the tick is still to run).
  */
 export function tickStateStatement(
   { schema, namespace }: LedgerScope,
@@ -51,7 +57,7 @@ export function tickStateStatement(
   job: string,
   tick: Date,
   now: Date,
-  lookBackMs: number,
+  prunedBeforeMs: number | null,
 ): Statement {
   return {
     text: `SELECT r.status, r.attempt, r.token::text AS token, r.error,
@@ -62,13 +68,13 @@ export function tickStateStatement(
                         AND l.status = 'IN_PROGRESS' AND l.expires_at > now())) AS runner_gone
              FROM ${schema}.runs r WHERE r.namespace = $1 AND r.job = $2 AND r.tick = $3
            UNION ALL
-           SELECT 'PRUNED', NULL, NULL, NULL, false, false
+           SELECT '${PRUNED}', NULL, NULL, NULL, false, false
             WHERE $3::timestamptz < clock_timestamp() - $6::float8 * interval '1 millisecond'
               AND NOT EXISTS (SELECT 1 FROM ${schema}.runs
-                               WHERE namespace = $1 AND job = $2 AND tick = $3)
+                               WHERE namespace = $1 AND job = $2 AND tick <= $3)
               AND EXISTS (SELECT 1 FROM ${schema}.runs
                            WHERE namespace = $1 AND job = $2 AND tick > $3)`,
-    params: [namespace, job, iso(tick), iso(now), leaseNamespace, lookBackMs],
+    params: [namespace, job, iso(tick), iso(now), leaseNamespace, prunedBeforeMs],
   };
 }
 
