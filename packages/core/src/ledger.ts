@@ -51,11 +51,19 @@ export type { RunRecord };
 export const MAX_CATCH_UP = 1000;
 
 /**
- * How many of a job's latest ledger rows at or before the grace horizon catch-up reads: it
- * anchors on the oldest of them written under the current schedule, and a tick nobody ran stays
- * in view until this many later ticks are recorded.
+ * How many of a job's latest ledger rows at or before the grace horizon catch-up anchors on: the
+ * oldest of them written under the current schedule and not SKIPPED_OVERLAP. A tick nobody ran
+ * stays in view until this many later ticks are run, queued or recorded otherwise than skipped
+ * (or {@link CATCH_UP_ROWS} later rows exist, whatever they are).
  */
 export const CATCH_UP_WINDOW = 10;
+
+/**
+ * The most ledger rows one catch-up reads: those of the holes it may judge and of the
+ * {@link CATCH_UP_WINDOW} it anchors on. A transaction-mode run that outlasts more of its own
+ * ticks than this (each recorded SKIPPED_OVERLAP) and then dies leaves its tick out of view.
+ */
+export const CATCH_UP_ROWS = MAX_CATCH_UP + CATCH_UP_WINDOW;
 
 /** The note of a tick given back PENDING after stop() aborted its run. */
 const GIVEN_BACK = 'given back: the scheduler stopped';
@@ -401,9 +409,10 @@ export class Ledger {
 
   /**
    * `holes`: the ticks of `cron` at or before `horizon` that have no row, newest first (at most
-   * {@link MAX_CATCH_UP}), found backward from the horizon down to the oldest of the job's
-   * latest {@link CATCH_UP_WINDOW} rows written under its current schedule. None when no such
-   * row exists: a new job, or a schedule just changed, has nothing settled to catch up from;
+   * {@link MAX_CATCH_UP}), found backward from the horizon down to the anchor: the oldest of the
+   * job's latest {@link CATCH_UP_WINDOW} rows written under its current schedule and not
+   * SKIPPED_OVERLAP (see `recentTicksStatement`). None when no row of the current schedule
+   * exists: a new job, or a schedule just changed, has nothing settled to catch up from;
    * ticks of another schedule are neither missed nor run. `selfCommitted`: those of the latest
    * rows read that a handler's own COMMIT left RUNNING, unrecorded (see `recentTicksStatement`);
    * they are not holes.
@@ -414,15 +423,25 @@ export class Ledger {
     cron: Pick<CronSchedule, 'previousRuns'>,
     horizon: Date,
   ): Promise<{ readonly holes: Date[]; readonly selfCommitted: Date[] }> {
-    const s = recentTicksStatement(this.scope, job.name, horizon, job.hash, CATCH_UP_WINDOW);
+    const s = recentTicksStatement(
+      this.scope,
+      job.name,
+      horizon,
+      job.hash,
+      CATCH_UP_WINDOW,
+      CATCH_UP_ROWS,
+    );
     const rows = await rowsOf(query, s);
     const settled = new Set(rows.map((r) => new Date(r.tick as string).getTime()));
     const selfCommitted = rows
       .filter((r) => r.self_committed === true)
       .map((r) => new Date(r.tick as string));
-    const anchors = rows
-      .filter((r) => r.current === true)
-      .map((r) => new Date(r.tick as string).getTime());
+    // Every row from the anchor to the horizon was read. With no anchoring row among the latest
+    // CATCH_UP_ROWS (a run that outlasted that many of its ticks), the oldest current one read.
+    const anchoring = rows.filter((r) => r.anchoring === true);
+    const anchors = (anchoring.length > 0 ? anchoring : rows.filter((r) => r.current === true)).map(
+      (r) => new Date(r.tick as string).getTime(),
+    );
     if (anchors.length === 0) return { holes: [], selfCommitted };
     const anchor = Math.min(...anchors);
     const holes: Date[] = [];

@@ -134,27 +134,46 @@ export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement
 }
 
 /**
- * The job's `limit` latest ledger ticks at or before `horizon`, newest first, each with `current`:
- * written under the schedule `hash` (or before hashes were recorded), and `self_committed`: a
- * committed RUNNING row with no fencing token, which only a transaction-mode handler that ended
- * the tick's transaction itself leaves (the claim and its record otherwise commit together), when
- * its node did not record it FAILED (it died; it stopped while the database was away; or the
- * handler's COMMIT was followed by a lost connection, reported as such by some drivers). Catch-up
- * anchors on the oldest current one and looks for holes after it.
+ * The job's ledger ticks at or before `horizon` that catch-up reads, newest first: all of them from
+ * its anchor on — the oldest of the latest `window` rows that are `anchoring`: written under the
+ * schedule `hash` (or before hashes were recorded) and not SKIPPED_OVERLAP — and at most `cap`
+ * (the anchor is looked for among the latest `cap` rows; with none there, the latest `cap` rows are
+ * read and catch-up anchors on the oldest current one). SKIPPED_OVERLAP rows do not anchor: they
+ * pile up, one a tick, while a transaction-mode run of an earlier tick lasts (its claim is not
+ * committed, so that tick has no row), and if that run dies, the tick must still be in view.
+ *
+ * Each row also has `current` (its schedule is the job's) and `self_committed`: a committed
+ * RUNNING row with no fencing token, which only a transaction-mode handler that ended the tick's
+ * transaction itself leaves (the claim and its record otherwise commit together), when its node
+ * did not record it FAILED (it died; it stopped while the database was away; or the handler's
+ * COMMIT was followed by a lost connection, reported as such by some drivers).
  */
 export function recentTicksStatement(
   { schema, namespace }: LedgerScope,
   job: string,
   horizon: Date,
   hash: string,
-  limit: number,
+  window: number,
+  cap: number,
 ): Statement {
+  const current = '(schedule_hash IS NULL OR schedule_hash = $4)';
   return {
-    text: `SELECT tick, (schedule_hash IS NULL OR schedule_hash = $4) AS current,
+    text: `SELECT tick, ${current} AS current,
+                  (${current} AND status <> 'SKIPPED_OVERLAP') AS anchoring,
                   (status = 'RUNNING' AND token IS NULL) AS self_committed
-             FROM ${schema}.runs WHERE namespace = $1 AND job = $2 AND tick <= $3
-            ORDER BY tick DESC LIMIT $5::int4`,
-    params: [namespace, job, iso(horizon), hash, limit],
+             FROM ${schema}.runs
+            WHERE namespace = $1 AND job = $2 AND tick <= $3
+              AND tick >= COALESCE(
+                    (SELECT min(tick) FROM (
+                       SELECT tick FROM (
+                         SELECT tick, status, schedule_hash FROM ${schema}.runs
+                          WHERE namespace = $1 AND job = $2 AND tick <= $3
+                          ORDER BY tick DESC LIMIT $6::int4) latest
+                        WHERE ${current} AND status <> 'SKIPPED_OVERLAP'
+                        ORDER BY tick DESC LIMIT $5::int4) anchors),
+                    '-infinity')
+            ORDER BY tick DESC LIMIT $6::int4`,
+    params: [namespace, job, iso(horizon), hash, window, cap],
   };
 }
 
