@@ -32,6 +32,7 @@ import {
   liveSchedulesStatement,
   nextDueStatement,
   nextPendingStatement,
+  owedTicksStatement,
   PRUNED,
   pendingTicksStatement,
   pruneStatement,
@@ -356,15 +357,21 @@ export class Ledger {
 
   /**
    * Holds ticks of `job` that its owner left undecided when it went (owned distribution): PENDING
-   * and due at once, unless the tick has a row already (it ran, or someone holds it). Those held.
+   * and due at once, unless the tick has a row already (it ran, or someone holds it) or its lock
+   * (`key`, see {@link owedTicksStatement}) is held: someone is deciding or running it. Those held,
+   * oldest first.
    */
   async holdOwed(
     query: QueryFn,
     job: LedgerJob,
-    ticks: readonly Date[],
+    ticks: readonly { readonly tick: Date; readonly key: LockKey }[],
     now: Date,
   ): Promise<Date[]> {
-    return this.holdPending(query, job, ticks, now, OWED);
+    if (ticks.length === 0) return [];
+    const s = owedTicksStatement(this.scope, job.name, ticks, job.hash, now, OWED);
+    return (await rowsOf(query, s))
+      .map((r) => new Date(r.tick as string))
+      .sort((a, b) => a.getTime() - b.getTime());
   }
 
   /** `ticks` PENDING and due at once, with `note`, where they have no row: those held, oldest first. */

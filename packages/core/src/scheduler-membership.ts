@@ -7,7 +7,8 @@
  * (less than `ttlMs`: it stops trusting its view before its own row can expire and a successor
  * take its jobs) decides every job until a beat succeeds again. A member that is killed is seen
  * gone by the others at most `ttlMs` + one beat after its last beat; they then owe its jobs'
- * ticks from that last beat on. A member that stops leaves at once.
+ * ticks from that last beat on. A member that stops leaves at once, its departure dated at its
+ * stop however late the leave is written.
  *
  * @packageDocumentation
  */
@@ -54,6 +55,8 @@ export class SchedulerMembership {
   readonly view: MembershipView;
   /** The database's instant of the previous successful read (epoch ms), for the departure window. */
   private previousReadMs: number | null = null;
+  /** When that read's answer came (this clock): with it, a local instant is dated on the database's. */
+  private previousAnswerAt = 0;
   private beats = 0;
   private left = false;
   /**
@@ -123,6 +126,7 @@ export class SchedulerMembership {
     } finally {
       this.writing.delete(write);
     }
+    const answeredAt = this.now();
     if (this.left) return;
     const dbNow = Number(rows[0]?.db_now_ms);
     if (!Number.isFinite(dbNow)) throw new Error('the membership heartbeat returned no instant');
@@ -156,6 +160,7 @@ export class SchedulerMembership {
     // The same member ids may stand for new processes: their owners are worked out again too.
     if (changed || reread) this.view.registrationsChanged();
     this.previousReadMs = dbNow;
+    this.previousAnswerAt = answeredAt;
     this.beats++;
   }
 
@@ -171,14 +176,24 @@ export class SchedulerMembership {
   }
 
   /**
-   * Leaves the namespace (the scheduler stops): successors owe its ticks from the leave. No beat
-   * is sent from now on; one already sent is waited for first (answered or failed), else it could
-   * land after the leave and keep the row live for a TTL more.
+   * Leaves the namespace (the scheduler stops): successors owe its ticks from `departedAt` (this
+   * clock; default now, and never later) — the stop, or the oldest tick the scheduler was still
+   * deciding — even when the leave is written later (a beat in flight waited for; a pool used up
+   * by running tasks): the ticks between were decided by nobody. That instant is dated on the
+   * database's clock from the last beat's read: that read's instant plus the time from its answer
+   * to `departedAt` (this clock), which is never later than `departedAt` (the read happened
+   * before its answer came). No beat is sent from now on; one already sent is waited for first
+   * (answered or failed), else it could land after the leave and keep the row live for a TTL more.
    */
-  async leave(): Promise<void> {
+  async leave(departedAt?: number): Promise<void> {
+    const stoppedAt = Math.min(this.now(), departedAt ?? Number.POSITIVE_INFINITY);
     this.left = true;
+    const departedMs =
+      this.previousReadMs === null
+        ? null
+        : this.previousReadMs + (stoppedAt - this.previousAnswerAt);
     await Promise.allSettled([...this.writing]);
-    await this.run(memberLeaveStatement(this.scope, this.self));
+    await this.run(memberLeaveStatement(this.scope, this.self, departedMs));
   }
 }
 

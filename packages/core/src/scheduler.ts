@@ -520,6 +520,12 @@ export class Scheduler<Tx> {
    * attempts at each: {@link runTick} refuses one of them (see there).
    */
   private readonly deciding = new Map<string, number>();
+  /**
+   * The ticks (ms, with how many of them) whose firing is under way here: waiting for what the
+   * job's last owner left, for the job's lock, deciding or running. Owned distribution: a stop
+   * dates this member's departure no later than the oldest (see {@link stop}).
+   */
+  private readonly firing = new Map<number, number>();
   private readonly retryTimers = new Set<ClockTimer>();
   /**
    * By job name, the timer of a drain that left a PENDING tick not yet due on this node's clock
@@ -972,9 +978,13 @@ export class Scheduler<Tx> {
     clearInterval(this.heartbeatTimer);
     clearInterval(this.membershipTimer);
     // Owned distribution: this instance decides nothing from now on, so it leaves now, not after
-    // its running tasks end: its successors owe its jobs' ticks from this instant, and take them
-    // over at their next beat (a run still going holds its own tick's lock and row meanwhile).
-    const left = this.started ? this.membership?.leave().catch(() => {}) : undefined;
+    // its running tasks end, and its successors take its jobs over at their next beat. They owe
+    // its jobs' ticks from the oldest it was still firing (a tick waiting for the job's lock, for
+    // `claimTimeoutMs`, is given up now, undecided), or from this instant: a run still going
+    // holds its own tick's lock meanwhile, and a successor leaves that tick to it.
+    let oldestFiring = this.now();
+    for (const at of this.firing.keys()) oldestFiring = Math.min(oldestFiring, at);
+    const left = this.started ? this.membership?.leave(oldestFiring).catch(() => {}) : undefined;
     const deadline = Date.now() + timeoutMs;
     const until = (ms: number) =>
       new Promise<'timeout'>((resolve) => setTimeout(resolve, ms, 'timeout').unref());
@@ -1251,13 +1261,14 @@ export class Scheduler<Tx> {
       if (from === undefined) continue;
       const job = this.jobAt(row);
       const schedule = this.jobSchedules[row] as number;
-      const ticks: Date[] = [];
+      const ticks: { tick: Date; key: LockKey }[] = [];
       let at = this.schedules.nextRun(
         schedule,
         Math.max(from, now - MAX_OWED_MS) - this.graceMs - 1,
       );
       while (Number.isFinite(at) && at <= now && ticks.length < MAX_CATCH_UP) {
-        ticks.push(new Date(at));
+        const tick = new Date(at);
+        ticks.push({ tick, key: this.tickKey(job, tick) });
         at = this.schedules.nextRun(schedule, at);
       }
       const holding = (async () => {
@@ -1300,6 +1311,8 @@ export class Scheduler<Tx> {
    * back), oldest first.
    */
   private async fire(job: Job<Tx>, tick: Date): Promise<void> {
+    const at = tick.getTime();
+    this.firing.set(at, (this.firing.get(at) ?? 0) + 1);
     try {
       if (this.membership !== undefined) {
         // Ticks the job's last owner left are held first: no catch-up may judge them holes.
@@ -1318,6 +1331,10 @@ export class Scheduler<Tx> {
       // stopping or not (its work may be committed, the tick recorded FAILED).
       if (!this.stopping.signal.aborted || error instanceof LockNotHeldError)
         this.emit({ type: 'error', job: job.name, tick, error });
+    } finally {
+      const left = (this.firing.get(at) ?? 1) - 1;
+      if (left === 0) this.firing.delete(at);
+      else this.firing.set(at, left);
     }
   }
 

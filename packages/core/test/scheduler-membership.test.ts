@@ -106,6 +106,68 @@ describe('scheduler membership (real PostgreSQL)', () => {
     }
   });
 
+  it('a leave written late (its statement held, as behind an exhausted pool) dates the departure at the stop: the successors owe the ticks since the stop, not since the write', async () => {
+    const scope = {
+      schema: quoteIdentifier(schemaName),
+      namespace: randomBytes(4).toString('hex'),
+    };
+    const settings = { heartbeatMs: 1000, ttlMs: 60_000, staleMs: 50_000 };
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let leaveHeld = () => {};
+    const held = new Promise<void>((resolve) => {
+      leaveHeld = resolve;
+    });
+    // A's leave is held before it reaches the server until the test lets it go.
+    const heldRun: RunStatement = async (statement) => {
+      if (statement.text.startsWith('UPDATE')) {
+        leaveHeld();
+        await gate;
+      }
+      return run(statement);
+    };
+    // The members' clock is the wall clock, as a scheduler's is by default.
+    const a = new SchedulerMembership(heldRun, scope, 'a', settings, Date.now);
+    const b = new SchedulerMembership(run, scope, 'b', settings, Date.now);
+    await a.beat();
+    await b.beat();
+    await a.beat();
+    const ofA = jobs.filter((job) => b.view.owner(job) === 'a');
+    expect(ofA.length).toBeGreaterThan(0);
+    // A stops: leave() is called (it notes its stop at once); then both clocks are read.
+    const leaving = a.leave();
+    const stopLocal = Date.now();
+    const [{ at: stopDb }] = (await admin.query('SELECT clock_timestamp() AS at')).rows as [
+      { at: Date },
+    ];
+    await held;
+    // The database's clock moves on while the leave waits (B beats meanwhile, A still live).
+    await b.beat();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    release();
+    await leaving;
+    const { rows } = await admin.query<{ departed_at: Date; gone: boolean }>(
+      `SELECT heartbeat_at AS departed_at, expires_at <= clock_timestamp() AS gone
+         FROM "${schemaName}".scheduler_members WHERE namespace = $1 AND member = 'a'`,
+      [scope.namespace],
+    );
+    const [left] = rows as [{ departed_at: Date; gone: boolean }];
+    expect(left.gone).toBe(true);
+    expect(
+      left.departed_at.getTime(),
+      'the departure is dated at the stop (database clock, ms)',
+    ).toBeLessThanOrEqual(stopDb.getTime());
+    // B owes A's jobs from the stop on (its own clock), not from when the leave got through.
+    await b.beat();
+    for (const job of ofA) {
+      const owed = b.view.owedFrom(job);
+      expect(owed, job).toBeDefined();
+      expect(owed as number, job).toBeLessThanOrEqual(stopLocal);
+    }
+  });
+
   it('a member that dies is seen gone once its row expires by the database clock, and owed from its last beat', async () => {
     const ns = namespace(['a', 'b']);
     await ns.beatAll();
@@ -141,23 +203,24 @@ describe('scheduler membership (real PostgreSQL)', () => {
     expect(notA.every((job) => a.view.decides(job, ns.now()))).toBe(true);
   });
 
-  it('a leave marks the row departed at one instant: heartbeat_at and expires_at equal, every time', async () => {
+  it('a leave marks the row departed, every time: no longer live, its departure at or before that instant and within a TTL of it', async () => {
     const ns = namespace([]);
     const settings = { heartbeatMs: 1000, ttlMs: 60_000, staleMs: 50_000 };
-    // clock_timestamp() read twice in one statement differs now and then (by a microsecond):
-    // a leave must write the same instant to both, the mark of a departure.
+    // A departure is dated no later than the row stops being live (clock_timestamp() read twice
+    // in one statement may differ by a microsecond, and once did, the wrong way round).
     for (let i = 0; i < 300; i++) {
       const m = new SchedulerMembership(run, ns.scope, `m-${i}`, settings, ns.now);
       await m.beat();
       await m.leave();
     }
     const { rows } = await admin.query(
-      `SELECT count(*) FILTER (WHERE expires_at <> heartbeat_at)::int AS uneven,
+      `SELECT count(*) FILTER (WHERE NOT (heartbeat_at <= expires_at
+                                          AND expires_at < heartbeat_at + interval '60 s'))::int AS unmarked,
               count(*) FILTER (WHERE expires_at > clock_timestamp())::int AS live
          FROM "${schemaName}".scheduler_members WHERE namespace = $1`,
       [ns.scope.namespace],
     );
-    expect(rows[0]).toEqual({ uneven: 0, live: 0 });
+    expect(rows[0]).toEqual({ unmarked: 0, live: 0 });
   });
 
   for (const beforeLeave of ['its first beat', 'a later beat'] as const) {
@@ -196,7 +259,8 @@ describe('scheduler membership (real PostgreSQL)', () => {
       release();
       await Promise.all([beat, leave]);
       const { rows } = await admin.query(
-        `SELECT expires_at <= clock_timestamp() AS gone, expires_at = heartbeat_at AS departed
+        `SELECT expires_at <= clock_timestamp() AS gone,
+                expires_at < heartbeat_at + interval '60 s' AS departed
            FROM "${schemaName}".scheduler_members WHERE namespace = $1 AND member = 'a'`,
         [ns.scope.namespace],
       );

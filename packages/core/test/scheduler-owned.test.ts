@@ -291,13 +291,17 @@ it('stop() leaves at once, not once its running tasks end: the others take its j
   const first = wholeSecondAfter(startedAt) + 1000;
   await group.ranAll(JOBS, first, wholeSecondAfter(Date.now()) + 3000);
   const stopping = Date.now();
+  const [{ at: stoppingDb }] = (await observer.query('SELECT clock_timestamp() AS at')).rows as [
+    { at: Date },
+  ];
   const stopped = group.schedulers[0]?.stop({ timeoutMs: 30_000 });
-  // Member 0 left while its slow run still holds it: its row ends where it left (a beat keeps
-  // a row a TTL beyond its heartbeat; a leave ends it at once).
+  // Member 0 left while its slow run still holds it: its row stopped being live at once — a row
+  // left to expire would stay live until 9 s after its last beat, 8 s after the stop or more.
   const leftEarly = await untilDb(
-    `SELECT expires_at = heartbeat_at AS ok FROM "${schema}".scheduler_members
+    `SELECT expires_at <= clock_timestamp() AND expires_at < $2::timestamptz + interval '4 s' AS ok
+       FROM "${schema}".scheduler_members
       WHERE namespace = $1 AND member = 'member-0'`,
-    [namespace],
+    [namespace, stoppingDb],
   );
   expect(leftEarly, 'member 0 left before its running task ended').toBe(true);
   // And member 1 runs every job's ticks from then on, the slow run still going.
@@ -309,6 +313,82 @@ it('stop() leaves at once, not once its running tasks end: the others take its j
   expect(await wrongTicks(namespace, JOBS, first, last)).toEqual([]);
   expect(stopping).toBeLessThan(last);
 }, 60_000);
+
+it("overlap 'queue': a member stopped while its long run holds the job, with its later ticks waiting for the job's lock, hands every one on — each tick runs once, none is missed", async () => {
+  const namespace = randomBytes(4).toString('hex');
+  const group = members(
+    namespace,
+    2,
+    3000,
+    () => poolExecutor(pool),
+    () => [],
+  );
+  let armed = false;
+  let holder: number | undefined;
+  let release = () => {};
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let longRun = (_tick: number) => {};
+  const longRunStarted = new Promise<number>((resolve) => {
+    longRun = resolve;
+  });
+  for (const [i, scheduler] of group.schedulers.entries()) {
+    scheduler.register(
+      'queued',
+      '* * * * * *',
+      async (run) => {
+        // Once armed, the next run (the job's owner's) lasts until the test releases it, its
+        // stop's signal ignored.
+        if (armed && holder === undefined) {
+          holder = i;
+          longRun(run.tick.getTime());
+          await held;
+        }
+        await writeTick(namespace, i)(run);
+      },
+      // Each tick fired while the long run holds the job waits 4 s for its lock (longer than the
+      // grace for skew), then is queued.
+      { overlap: 'queue', claimTimeoutMs: 4000 },
+    );
+  }
+  const startedAt = Date.now();
+  await Promise.all(group.schedulers.map((s) => s.start()));
+  const first = wholeSecondAfter(startedAt) + 1000;
+  // The members see each other first: from then on the job's owner alone decides it.
+  await group.ranAll(['queued'], first, first + 2000);
+  armed = true;
+  const longTick = await longRunStarted;
+  const owner = group.schedulers[holder as number] as Scheduler<pg.PoolClient>;
+  const successor = group.schedulers[1 - (holder as number)] as Scheduler<pg.PoolClient>;
+  // Two ticks queued behind the long run: the ticks fired since wait for the job's lock now.
+  expect(
+    await untilDb(
+      `SELECT count(*) >= 2 AS ok FROM "${schema}".runs
+        WHERE namespace = $1 AND job = 'queued' AND status = 'PENDING'`,
+      [namespace],
+      20_000,
+    ),
+  ).toBe(true);
+  const stopTick = wholeSecondAfter(Date.now()) - 1000;
+  const stopped = owner.stop({ timeoutMs: 60_000 });
+  // The successor has taken the job over and queued a tick of its own behind the long run.
+  expect(
+    await untilDb(
+      `SELECT count(*) > 0 AS ok FROM "${schema}".runs
+        WHERE namespace = $1 AND job = 'queued' AND status = 'PENDING' AND tick > $2`,
+      [namespace, new Date(stopTick + 1000)],
+      20_000,
+    ),
+  ).toBe(true);
+  release();
+  const last = stopTick + 3000;
+  await group.ranAll(['queued'], longTick, last, 60_000);
+  await stopped;
+  await successor.stop();
+  const wrong = await wrongTicks(namespace, ['queued'], longTick, last);
+  expect(wrong, wrong.join('; ')).toEqual([]);
+}, 120_000);
 
 it("a member that joins while an owner is dead but its row still live takes that owner's ticks as owed, not as holes", async () => {
   const namespace = randomBytes(4).toString('hex');
@@ -346,8 +426,8 @@ it("a member that joins while an owner is dead but its row still live takes that
 }, 90_000);
 
 /** Polls `sql` (one boolean `ok`) until it is true, for at most 5 s: a database state, not a timing. */
-async function untilDb(sql: string, params: unknown[]): Promise<boolean> {
-  for (let i = 0; i < 100; i++) {
+async function untilDb(sql: string, params: unknown[], limitMs = 5000): Promise<boolean> {
+  for (let i = 0; i < limitMs / 50; i++) {
     const { rows } = await observer.query<{ ok: boolean }>(sql, params);
     if (rows[0]?.ok === true) return true;
     await new Promise((resolve) => setTimeout(resolve, 50));

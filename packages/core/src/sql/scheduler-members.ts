@@ -73,22 +73,26 @@ export function memberHeartbeatStatement(
 }
 
 /**
- * `member` leaves at once (its scheduler stopped): its row stops being live now, and stays for
- * the others' departure window, so that its successors owe its jobs' ticks from this instant. A
- * row that already expired is left as it is: its last heartbeat is what the successors owe from.
- * One instant, read once, is written to both columns (`expires_at = heartbeat_at` marks a leave):
- * `clock_timestamp()` read twice in a statement may differ by a microsecond.
+ * `member` leaves at once (its scheduler stopped): its row stops being live now (`expires_at`, which
+ * the others' departure window reads), and its departure — what its successors owe its jobs' ticks
+ * from — is dated at `departedMs` (epoch ms on the database's clock: the stop, which a leave written
+ * late comes after), or now when that is null or later. A row that already expired is left as it
+ * is: its last heartbeat is what the successors owe from. (An expired row's `expires_at` is
+ * exactly a TTL after its `heartbeat_at`; a left row's, less, unless its departure was dated at a
+ * tick it had been deciding for longer than that.)
  */
 export function memberLeaveStatement(
   { schema, namespace }: LedgerScope,
   member: string,
+  departedMs: number | null,
 ): Statement {
   return {
     text: `UPDATE ${schema}.scheduler_members AS m
-              SET heartbeat_at = left_at.at, expires_at = left_at.at
+              SET heartbeat_at = least(left_at.at, coalesce(to_timestamp($3::float8 / 1000), left_at.at)),
+                  expires_at = left_at.at
              FROM (SELECT clock_timestamp() AS at) AS left_at
             WHERE m.namespace = $1 AND m.member = $2 AND m.expires_at > left_at.at`,
-    params: [namespace, member],
+    params: [namespace, member, departedMs],
   };
 }
 

@@ -306,6 +306,37 @@ export function pendingTicksStatement(
 }
 
 /**
+ * {@link pendingTicksStatement} for the ticks a job's new owner owes (owned distribution): each
+ * held only when its tick's lock (`key`) is free, and taken until the end of
+ * the transaction. A tick whose lock is held is being decided or run — by the member that left,
+ * its transaction-mode run still going, whose claim row is not committed: an insert of the same
+ * tick would wait on that row for the whole run, and the new owner's ticks with it. Rows `tick`.
+ */
+export function owedTicksStatement(
+  { schema, namespace }: LedgerScope,
+  job: string,
+  ticks: readonly { readonly tick: Date; readonly key: LockKey }[],
+  hash: string,
+  now: Date,
+  note: string,
+): Statement {
+  // [tick, key1, key2] for a two-int4 key, [tick, int8 key as text] for the other kind.
+  const owed = ticks.map(({ tick, key }) =>
+    key.pair ? [iso(tick), key.pair[0], key.pair[1]] : [iso(tick), String(key.int8)],
+  );
+  return {
+    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
+           SELECT $1::text, $2::text, (e->>0)::timestamptz, 'PENDING', 0,
+                  ${dueAtOnce('(e->>0)::timestamptz', '$4::timestamptz')}, $5::text, $6::text
+             FROM json_array_elements($3::text::json) AS e
+            WHERE CASE WHEN e->>2 IS NULL THEN pg_try_advisory_xact_lock((e->>1)::int8)
+                       ELSE pg_try_advisory_xact_lock((e->>1)::int4, (e->>2)::int4) END
+           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    params: [namespace, job, JSON.stringify(owed), iso(now), hash, note],
+  };
+}
+
+/**
  * Gives back the RUNNING rows of lease-mode runs whose token is older than the live one (their
  * holder died or lost the lease): PENDING, due at once (see `dueAtOnce`), the dead attempt not
  * counted. Rows `tick`.
