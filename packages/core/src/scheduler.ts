@@ -1586,13 +1586,7 @@ export class Scheduler<Tx> {
       if (!tickFree || !anotherTickRuns) return 'again';
       // A decision later than the look-back may find its tick's row pruned: done, as under the
       // job's lock (see Ledger.state). Queued or recorded skipped, it would run again or lie.
-      const state = await this.ledger.state(
-        q,
-        job,
-        tick,
-        new Date(this.now()),
-        this.prunedBeforeMs(job),
-      );
+      const state = await this.tickState(q, job, tick, new Date(this.now()));
       if (state.kind === 'pruned') return 'exists';
       return this.overlapped(job, tick, q);
     });
@@ -1719,13 +1713,7 @@ export class Scheduler<Tx> {
           async (tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(
-              ctx.query,
-              job,
-              tick,
-              now,
-              this.prunedBeforeMs(job),
-            );
+            const state = await this.tickState(ctx.query, job, tick, now);
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const, catchUp: [] };
@@ -1924,13 +1912,7 @@ export class Scheduler<Tx> {
           async (_tx, ctx) => {
             await ctx.query(tickLock.text, tickLock.params);
             const now = new Date(this.now());
-            const state = await this.ledger.state(
-              ctx.query,
-              job,
-              tick,
-              now,
-              this.prunedBeforeMs(job),
-            );
+            const state = await this.tickState(ctx.query, job, tick, now);
             if (state.kind === 'self-committed') {
               await this.recordSelfCommitted(ctx.query, job, tick);
               return { kind: 'done' as const };
@@ -2177,6 +2159,11 @@ export class Scheduler<Tx> {
     } finally {
       this.pruning = false;
     }
+  }
+
+  /** What the ledger says about `tick` of `job`, a row this node's pruning may delete read as such. */
+  private tickState(query: QueryFn, job: Job<Tx>, tick: Date, now: Date): Promise<TickState> {
+    return this.ledger.state(query, job, tick, now, this.prunedBeforeMs(job));
   }
 
   /**
