@@ -358,20 +358,24 @@ export class Ledger {
   /**
    * Holds ticks of `job` that its owner left undecided when it went (owned distribution): PENDING
    * and due at once, unless the tick has a row already (it ran, or someone holds it) or its lock
-   * (`key`, see {@link owedTicksStatement}) is held: someone is deciding or running it. Those held,
-   * oldest first.
+   * (`key`, see {@link owedTicksStatement}) is held: someone is deciding or running it. `held`:
+   * those held; `busy`: those whose lock was held (the caller asks again later). Oldest first.
    */
   async holdOwed(
     query: QueryFn,
     job: LedgerJob,
     ticks: readonly { readonly tick: Date; readonly key: LockKey }[],
     now: Date,
-  ): Promise<Date[]> {
-    if (ticks.length === 0) return [];
+  ): Promise<{ readonly held: Date[]; readonly busy: Date[] }> {
+    if (ticks.length === 0) return { held: [], busy: [] };
     const s = owedTicksStatement(this.scope, job.name, ticks, job.hash, now, OWED);
-    return (await rowsOf(query, s))
-      .map((r) => new Date(r.tick as string))
-      .sort((a, b) => a.getTime() - b.getTime());
+    const rows = (await rowsOf(query, s))
+      .map((r) => ({ tick: new Date(r.tick as string), held: r.held === true }))
+      .sort((a, b) => a.tick.getTime() - b.tick.getTime());
+    return {
+      held: rows.filter((r) => r.held).map((r) => r.tick),
+      busy: rows.filter((r) => !r.held).map((r) => r.tick),
+    };
   }
 
   /** `ticks` PENDING and due at once, with `note`, where they have no row: those held, oldest first. */

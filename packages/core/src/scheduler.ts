@@ -541,6 +541,15 @@ export class Scheduler<Tx> {
    */
   private readonly holderWatches = new Map<string, ClockTimer>();
   /**
+   * Owned distribution: by job row, the owed ticks (ms) this owner left to a run still going (their
+   * lock was held when it held the rest; see {@link holdOwedTicks}). Looked at again every
+   * `claimTimeoutMs` until they have a row or are held; catch-up leaves them alone meanwhile: a
+   * tick whose run dies was not missed, only handed over late.
+   */
+  private readonly owedBusy = new Map<number, Set<number>>();
+  /** By job row, the timer of the next look at its {@link owedBusy} ticks. */
+  private readonly owedWatches = new Map<number, ClockTimer>();
+  /**
    * By job name, the drain pass running on this node (`done`), and the one pass asked for while it
    * runs (`next`, started when it ends). One at a time a job: several would all go for the same
    * oldest tick, and all but one find it done after waiting on the job's lock.
@@ -974,6 +983,8 @@ export class Scheduler<Tx> {
     this.followUps.clear();
     for (const timer of this.holderWatches.values()) timer.cancel();
     this.holderWatches.clear();
+    for (const timer of this.owedWatches.values()) timer.cancel();
+    this.owedWatches.clear();
     clearInterval(this.pruneTimer);
     clearInterval(this.heartbeatTimer);
     clearInterval(this.membershipTimer);
@@ -1273,15 +1284,7 @@ export class Scheduler<Tx> {
       }
       const holding = (async () => {
         try {
-          const held = await this.query((q) => this.ledger.holdOwed(q, job, ticks, new Date(now)));
-          // A failure is reported as fire() reports one; never an unhandled rejection.
-          if (held.length > 0)
-            this.track(
-              this.drain(job).catch((error: unknown) => {
-                if (!this.stopping.signal.aborted)
-                  this.emit({ type: 'error', job: job.name, tick: held[0] as Date, error });
-              }),
-            );
+          await this.holdOwed(job, ticks, now);
         } catch {
           membership.view.unpaid(name);
         } finally {
@@ -1290,6 +1293,52 @@ export class Scheduler<Tx> {
       })();
       this.owing.set(row, holding);
     }
+  }
+
+  /**
+   * Holds owed `ticks` of `job` (see {@link Ledger.holdOwed}) and drains those held. Those left to
+   * a run still going are looked at again every `claimTimeoutMs` (see {@link owedBusy}): once the
+   * run is over, its tick has a row (it committed) or is held and run here (it died).
+   */
+  private async holdOwed(
+    job: Job<Tx>,
+    ticks: readonly { tick: Date; key: LockKey }[],
+    now: number,
+  ): Promise<void> {
+    const { held, busy } = await this.query((q) =>
+      this.ledger.holdOwed(q, job, ticks, new Date(now)),
+    );
+    const waiting = this.owedBusy.get(job.row) ?? new Set<number>();
+    for (const { tick } of ticks) waiting.delete(tick.getTime());
+    for (const tick of busy) waiting.add(tick.getTime());
+    if (waiting.size > 0) {
+      this.owedBusy.set(job.row, waiting);
+      this.watchOwed(job);
+    } else this.owedBusy.delete(job.row);
+    // A failure is reported as fire() reports one; never an unhandled rejection.
+    if (held.length > 0)
+      this.track(
+        this.drain(job).catch((error: unknown) => {
+          if (!this.stopping.signal.aborted)
+            this.emit({ type: 'error', job: job.name, tick: held[0] as Date, error });
+        }),
+      );
+  }
+
+  /** Looks at the job's {@link owedBusy} ticks again after `claimTimeoutMs` (one timer a job). */
+  private watchOwed(job: Job<Tx>): void {
+    if (this.stopping.signal.aborted || this.owedWatches.has(job.row)) return;
+    const timer = this.clock.setTimer(job.settings.claimTimeoutMs, () => {
+      if (this.owedWatches.get(job.row) === timer) this.owedWatches.delete(job.row);
+      const waiting = this.owedBusy.get(job.row);
+      if (this.stopping.signal.aborted || waiting === undefined) return;
+      const ticks = [...waiting].map((ms) => {
+        const tick = new Date(ms);
+        return { tick, key: this.tickKey(job, tick) };
+      });
+      this.track(this.holdOwed(job, ticks, this.now()).catch(() => this.watchOwed(job)));
+    });
+    this.owedWatches.set(job.row, timer);
   }
 
   /** The job's lock key, made at its first tick and kept (see {@link Job.key}). */
@@ -1668,7 +1717,10 @@ export class Scheduler<Tx> {
     // Ticks a handler committed itself, left RUNNING by a node that could not record them FAILED:
     // recorded once this tick's transaction is over (see repairSelfCommitted), never run again.
     selfCommitted.push(...found.selfCommitted);
-    const holes = found.holes; // newest first
+    // Owed ticks left to a run still going are this node's to hold once it is over, not holes.
+    const busy = this.owedBusy.get(job.row);
+    const holes =
+      busy === undefined ? found.holes : found.holes.filter((t) => !busy.has(t.getTime())); // newest first
     if (holes.length === 0) return [];
     let run: Date[] = [];
     if (job.settings.catchUp === 'latest') {

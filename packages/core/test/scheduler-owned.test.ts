@@ -22,6 +22,9 @@ let observer: pg.Client;
 
 beforeAll(async () => {
   pool = new pg.Pool({ connectionString: testDatabaseBaseUrl(), max: 12 });
+  // A backend a test terminates reports its end on its client: the death the test caused.
+  pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   observer = new pg.Client({ connectionString: testDatabaseBaseUrl() });
   await observer.connect();
   await createLockClient(poolExecutor(pool), { schema }).migrate();
@@ -388,6 +391,73 @@ it("overlap 'queue': a member stopped while its long run holds the job, with its
   await successor.stop();
   const wrong = await wrongTicks(namespace, ['queued'], longTick, last);
   expect(wrong, wrong.join('; ')).toEqual([]);
+}, 120_000);
+
+it("a tick the new owner leaves to the stopped owner's run still going is run by the new owner once that run dies — not recorded MISSED by its catch-up", async () => {
+  const namespace = randomBytes(4).toString('hex');
+  const group = members(
+    namespace,
+    2,
+    3000,
+    () => poolExecutor(pool),
+    () => [],
+  );
+  let armed = false;
+  let holder: number | undefined;
+  let longRun = (_run: { tick: number; pid: number }) => {};
+  const longRunStarted = new Promise<{ tick: number; pid: number }>((resolve) => {
+    longRun = resolve;
+  });
+  let cut = () => {};
+  const connectionCut = new Promise<void>((resolve) => {
+    cut = resolve;
+  });
+  for (const [i, scheduler] of group.schedulers.entries()) {
+    scheduler.register('dies', '* * * * * *', async (run) => {
+      if (run.mode !== 'transaction') throw new Error('mode');
+      // Once armed, the next run (the job's owner's) lasts until its connection is cut, its
+      // stop's signal ignored: then it dies, rolled back, its tick without a row.
+      if (armed && holder === undefined) {
+        holder = i;
+        const [me] = await run.query('SELECT pg_backend_pid() AS pid');
+        longRun({ tick: run.tick.getTime(), pid: Number(me?.pid) });
+        await connectionCut; // then its insert fails: the connection is gone
+      }
+      await writeTick(namespace, i)(run);
+    });
+  }
+  const startedAt = Date.now();
+  await Promise.all(group.schedulers.map((s) => s.start()));
+  const first = wholeSecondAfter(startedAt) + 1000;
+  await group.ranAll(['dies'], first, first + 2000);
+  armed = true;
+  const { tick: longTick, pid } = await longRunStarted;
+  const owner = group.schedulers[holder as number] as Scheduler<pg.PoolClient>;
+  const successor = group.schedulers[1 - (holder as number)] as Scheduler<pg.PoolClient>;
+  const successorId = `member-${1 - (holder as number)}`;
+  const stopped = owner.stop({ timeoutMs: 1000 });
+  // The successor has taken the job over: it decides its ticks (skipped behind the long run).
+  expect(
+    await untilDb(
+      `SELECT count(*) > 0 AS ok FROM "${schema}".runs
+        WHERE namespace = $1 AND job = 'dies' AND status = 'SKIPPED_OVERLAP' AND owner = $2`,
+      [namespace, successorId],
+      20_000,
+    ),
+  ).toBe(true);
+  // The long run dies: its transaction rolls back, its tick has no row.
+  await observer.query('SELECT pg_terminate_backend($1)', [pid]);
+  cut();
+  await stopped;
+  // Its tick runs — on the successor — not judged missed by the catch-up of a later tick.
+  await group.ranAll(['dies'], longTick, longTick, 30_000);
+  await successor.stop();
+  const { rows } = await observer.query<{ status: string }>(
+    `SELECT status FROM "${schema}".runs WHERE namespace = $1 AND job = 'dies' AND tick = $2`,
+    [namespace, new Date(longTick)],
+  );
+  const wrong = await wrongTicks(namespace, ['dies'], longTick, longTick);
+  expect({ status: rows[0]?.status, wrong }).toEqual({ status: 'SUCCEEDED', wrong: [] });
 }, 120_000);
 
 it("a member that joins while an owner is dead but its row still live takes that owner's ticks as owed, not as holes", async () => {

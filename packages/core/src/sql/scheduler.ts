@@ -307,10 +307,12 @@ export function pendingTicksStatement(
 
 /**
  * {@link pendingTicksStatement} for the ticks a job's new owner owes (owned distribution): each
- * held only when its tick's lock (`key`) is free, and taken until the end of
- * the transaction. A tick whose lock is held is being decided or run — by the member that left,
- * its transaction-mode run still going, whose claim row is not committed: an insert of the same
- * tick would wait on that row for the whole run, and the new owner's ticks with it. Rows `tick`.
+ * held only when its tick's lock (`key`) is free, and taken until the end of the transaction. A
+ * tick whose lock is held is being decided or run — by the member that left, its transaction-mode
+ * run still going, whose claim row is not committed: an insert of the same tick would wait on that
+ * row for the whole run, and the new owner's ticks with it. Rows `tick` and `held`: true for a tick
+ * held now, false for one whose lock was held (to ask again once that run is over); ticks that had
+ * a row already give none.
  */
 export function owedTicksStatement(
   { schema, namespace }: LedgerScope,
@@ -325,13 +327,21 @@ export function owedTicksStatement(
     key.pair ? [iso(tick), key.pair[0], key.pair[1]] : [iso(tick), String(key.int8)],
   );
   return {
-    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
-           SELECT $1::text, $2::text, (e->>0)::timestamptz, 'PENDING', 0,
-                  ${dueAtOnce('(e->>0)::timestamptz', '$4::timestamptz')}, $5::text, $6::text
-             FROM json_array_elements($3::text::json) AS e
-            WHERE CASE WHEN e->>2 IS NULL THEN pg_try_advisory_xact_lock((e->>1)::int8)
-                       ELSE pg_try_advisory_xact_lock((e->>1)::int4, (e->>2)::int4) END
-           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    text: `WITH owed AS MATERIALIZED (
+             SELECT (e->>0)::timestamptz AS tick,
+                    CASE WHEN e->>2 IS NULL THEN pg_try_advisory_xact_lock((e->>1)::int8)
+                         ELSE pg_try_advisory_xact_lock((e->>1)::int4, (e->>2)::int4) END AS free
+               FROM json_array_elements($3::text::json) AS e
+           ),
+           held AS (
+             INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
+             SELECT $1::text, $2::text, tick, 'PENDING', 0, ${dueAtOnce('tick', '$4::timestamptz')},
+                    $5::text, $6::text
+               FROM owed WHERE free
+             ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick
+           )
+           SELECT tick, true AS held FROM held
+           UNION ALL SELECT tick, false FROM owed WHERE NOT free`,
     params: [namespace, job, JSON.stringify(owed), iso(now), hash, note],
   };
 }
