@@ -1774,8 +1774,13 @@ export class Scheduler<Tx> {
               return { kind: 'done' as const, catchUp: [] };
             // Before catch-up: the ticks catch-up holds for itself are not a queue to wait behind.
             const behind = await this.queueBehind(job, tick, how, state, ctx.query, now);
+            // A timer's tick judges the ticks before it; so does a queued (or retried, or given
+            // back) tick drained from the ledger: queued ticks run oldest first, so the first to
+            // run after an earlier run died judges that run's tick (no row) before the queued
+            // rows, run, outnumber the rows catch-up anchors on.
             const catchUp =
-              state.kind === 'free' && how === 'timer'
+              (state.kind === 'free' && how === 'timer') ||
+              (state.kind === 'due' && how === 'pending' && !state.catchUp)
                 ? await this.catchUp(job, tick, ctx.query, missed, selfCommitted)
                 : [];
             if (behind !== undefined) return { kind: 'behind' as const, decision: behind, catchUp };

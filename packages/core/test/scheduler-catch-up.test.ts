@@ -53,6 +53,19 @@ async function backendGone(pid: number): Promise<void> {
   }
 }
 
+/** Waits (up to 10 s) until `job`'s tick has a settled ledger row. */
+async function judged(job: string, tick: Date): Promise<void> {
+  const until = Date.now() + 10_000;
+  for (;;) {
+    const { rows } = await observer.query(
+      `SELECT 1 FROM "${schema}".runs WHERE job = $1 AND tick = $2 AND status NOT IN ('PENDING', 'RUNNING')`,
+      [job, tick],
+    );
+    if (rows.length > 0 || Date.now() > until) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** A promise and the function that settles it. */
 function gate<T = void>() {
   let open!: (value: T) => void;
@@ -63,11 +76,31 @@ function gate<T = void>() {
 }
 
 it.each([
-  ['runs it', { withinMs: 3_600_000 }, { status: 'SUCCEEDED', ran: ['b'] }],
-  ['records it MISSED', 'skip', { status: 'MISSED', ran: [] }],
+  [
+    'skip',
+    'recorded SKIPPED_OVERLAP',
+    'runs it',
+    { withinMs: 3_600_000 },
+    { status: 'SUCCEEDED', ran: ['b'] },
+  ],
+  ['skip', 'recorded SKIPPED_OVERLAP', 'records it MISSED', 'skip', { status: 'MISSED', ran: [] }],
+  [
+    'queue',
+    'queued (and run once it died)',
+    'runs it',
+    { withinMs: 3_600_000 },
+    { status: 'SUCCEEDED', ran: ['b'] },
+  ],
+  [
+    'queue',
+    'queued (and run once it died)',
+    'records it MISSED',
+    'skip',
+    { status: 'MISSED', ran: [] },
+  ],
 ] as const)(
-  'a tick whose transaction-mode run dies after more ticks than catch-up reads were recorded SKIPPED_OVERLAP is judged by catch-up, which %s',
-  async (_name, catchUp: CatchUpPolicy, expected) => {
+  "overlap '%s': a tick whose transaction-mode run dies after more later ticks than catch-up anchors on were %s is judged by catch-up, which %s",
+  async (overlap, _rows, _name, catchUp: CatchUpPolicy, expected) => {
     const job = `long-${randomBytes(3).toString('hex')}`;
     // Recent ticks: far younger than what pruning keeps, so that nothing here is taken for pruned.
     const T0 = Math.floor(Date.now() / 1000) * 1000 - 60_000;
@@ -78,12 +111,17 @@ it.each([
     const started = gate<number>();
     const release = gate();
     const a = createScheduler(client(), { clock, owner: 'a' });
-    a.register(job, '* * * * * *', async (run) => {
-      if (run.mode !== 'transaction') throw new Error('mode');
-      const [me] = await run.query('SELECT pg_backend_pid() AS pid');
-      started.open(Number(me?.pid));
-      await release.promise; // dies meanwhile: its backend is terminated
-    });
+    a.register(
+      job,
+      '* * * * * *',
+      async (run) => {
+        if (run.mode !== 'transaction') throw new Error('mode');
+        const [me] = await run.query('SELECT pg_backend_pid() AS pid');
+        started.open(Number(me?.pid));
+        await release.promise; // dies meanwhile: its backend is terminated
+      },
+      { overlap, catchUp },
+    );
     const b = createScheduler(client(), { clock, owner: 'b' });
     const record = async (run: { tick: Date; tx: pg.PoolClient }) => {
       await run.tx.query(`INSERT INTO "${schema}".done VALUES ($1, $2, 'b')`, [job, run.tick]);
@@ -96,6 +134,7 @@ it.each([
         // Short: each tick B fires while A's run holds the job is judged an overlap at once.
         claimTimeoutMs: 50,
         catchUp,
+        overlap,
       },
     );
     // Tick −1 runs: the job has a settled row for catch-up to start from.
@@ -104,15 +143,16 @@ it.each([
     const aRun = a.runTick(job, at(0));
     try {
       const pid = await started.promise;
-      // More overlapping ticks than catch-up's window of latest rows: each recorded skipped.
+      // More overlapping ticks than catch-up's window of latest rows: each recorded skipped, or
+      // queued.
       const overlapping = CATCH_UP_WINDOW + 2;
       for (let i = 1; i <= overlapping; i++) {
         await clock.advanceTo(at(i).getTime());
         await b.runTick(job, at(i));
       }
       const skipped = await observer.query(
-        `SELECT count(*)::int AS n FROM "${schema}".runs WHERE job = $1 AND status = 'SKIPPED_OVERLAP'`,
-        [job],
+        `SELECT count(*)::int AS n FROM "${schema}".runs WHERE job = $1 AND status = $2`,
+        [job, overlap === 'skip' ? 'SKIPPED_OVERLAP' : 'PENDING'],
       );
       expect(skipped.rows[0]?.n).toBe(overlapping);
       // A's run dies (its process, its connection): its transaction rolls back, tick 0 has no row.
@@ -122,6 +162,7 @@ it.each([
       const next = overlapping + 1;
       await clock.advanceTo(at(next).getTime() + 5000);
       await b.runTick(job, at(next));
+      await judged(job, at(0));
       const { rows } = await observer.query<{ status: string }>(
         `SELECT status FROM "${schema}".runs WHERE job = $1 AND tick = $2`,
         [job, at(0)],

@@ -136,11 +136,13 @@ export function tickJudgeStatement(jobKey: LockKey, tickKey: LockKey): Statement
 /**
  * The job's ledger ticks at or before `horizon` that catch-up reads, newest first: all of them from
  * its anchor on — the oldest of the latest `window` rows that are `anchoring`: written under the
- * schedule `hash` (or before hashes were recorded) and not SKIPPED_OVERLAP — and at most `cap`
- * (the anchor is looked for among the latest `cap` rows; with none there, the latest `cap` rows are
- * read and catch-up anchors on the oldest current one). SKIPPED_OVERLAP rows do not anchor: they
- * pile up, one a tick, while a transaction-mode run of an earlier tick lasts (its claim is not
- * committed, so that tick has no row), and if that run dies, the tick must still be in view.
+ * schedule `hash` (or before hashes were recorded), neither SKIPPED_OVERLAP nor PENDING — and at
+ * most `cap` (the anchor is looked for among the latest `cap` rows; with none there, the latest
+ * `cap` rows are read and catch-up anchors on the oldest current one). Skipped and queued rows do
+ * not anchor: they pile up, one a tick, while a transaction-mode run of an earlier tick lasts (its
+ * claim is not committed, so that tick has no row), and if that run dies, the tick must still be in
+ * view. (Queued ticks that run before any catch-up judges that tick anchor once they have run: the
+ * run of a queued tick judges the ticks before it first; see the scheduler.)
  *
  * Each row also has `current` (its schedule is the job's) and `self_committed`: a committed
  * RUNNING row with no fencing token, which only a transaction-mode handler that ended the tick's
@@ -159,7 +161,7 @@ export function recentTicksStatement(
   const current = '(schedule_hash IS NULL OR schedule_hash = $4)';
   return {
     text: `SELECT tick, ${current} AS current,
-                  (${current} AND status <> 'SKIPPED_OVERLAP') AS anchoring,
+                  (${current} AND status NOT IN ('SKIPPED_OVERLAP', 'PENDING')) AS anchoring,
                   (status = 'RUNNING' AND token IS NULL) AS self_committed
              FROM ${schema}.runs
             WHERE namespace = $1 AND job = $2 AND tick <= $3
@@ -169,7 +171,7 @@ export function recentTicksStatement(
                          SELECT tick, status, schedule_hash FROM ${schema}.runs
                           WHERE namespace = $1 AND job = $2 AND tick <= $3
                           ORDER BY tick DESC LIMIT $6::int4) latest
-                        WHERE ${current} AND status <> 'SKIPPED_OVERLAP'
+                        WHERE ${current} AND status NOT IN ('SKIPPED_OVERLAP', 'PENDING')
                         ORDER BY tick DESC LIMIT $5::int4) anchors),
                     '-infinity')
             ORDER BY tick DESC LIMIT $6::int4`,
