@@ -53,16 +53,17 @@ export const MAX_CATCH_UP = 1000;
 
 /**
  * How many of a job's latest ledger rows at or before the grace horizon catch-up anchors on: the
- * oldest of them written under the current schedule and not SKIPPED_OVERLAP. A tick nobody ran
- * stays in view until this many later ticks are run, queued or recorded otherwise than skipped
- * (or {@link CATCH_UP_ROWS} later rows exist, whatever they are).
+ * oldest of them written under the current schedule and neither SKIPPED_OVERLAP nor PENDING. A
+ * tick nobody ran stays in view until this many later ticks are run or recorded otherwise than
+ * skipped (or {@link CATCH_UP_ROWS} later rows exist, whatever they are).
  */
 export const CATCH_UP_WINDOW = 10;
 
 /**
  * The most ledger rows one catch-up reads: those of the holes it may judge and of the
  * {@link CATCH_UP_WINDOW} it anchors on. A transaction-mode run that outlasts more of its own
- * ticks than this (each recorded SKIPPED_OVERLAP) and then dies leaves its tick out of view.
+ * ticks than this (each recorded SKIPPED_OVERLAP or queued) and then dies leaves its tick out of
+ * view.
  */
 export const CATCH_UP_ROWS = MAX_CATCH_UP + CATCH_UP_WINDOW;
 
@@ -421,8 +422,8 @@ export class Ledger {
   /**
    * `holes`: the ticks of `cron` at or before `horizon` that have no row, newest first (at most
    * {@link MAX_CATCH_UP}), found backward from the horizon down to the anchor: the oldest of the
-   * job's latest {@link CATCH_UP_WINDOW} rows written under its current schedule and not
-   * SKIPPED_OVERLAP (see `recentTicksStatement`). None when no row of the current schedule
+   * job's latest {@link CATCH_UP_WINDOW} rows written under its current schedule and neither
+   * SKIPPED_OVERLAP nor PENDING (see `recentTicksStatement`). None when no row of the current schedule
    * exists: a new job, or a schedule just changed, has nothing settled to catch up from;
    * ticks of another schedule are neither missed nor run. `selfCommitted`: those of the latest
    * rows read that a handler's own COMMIT left RUNNING, unrecorded (see `recentTicksStatement`);

@@ -373,6 +373,13 @@ const NOTHING: TickOutcome = { catchUp: [], drain: false };
 /** The first and the longest pause between two looks at a lease held by an earlier tick's run. */
 const LEASE_POLL_MS = [25, 250] as const;
 
+/** Adds `by` to `key`'s count in `counts`, removing the key when its count comes to 0. */
+function countIn<K>(counts: Map<K, number>, key: K, by: number): void {
+  const count = (counts.get(key) ?? 0) + by;
+  if (count <= 0) counts.delete(key);
+  else counts.set(key, count);
+}
+
 /** Resolves true after `ms`, or false as soon as `signal` aborts. */
 function pause(ms: number, signal: AbortSignal): Promise<boolean> {
   if (signal.aborted) return Promise.resolve(false);
@@ -1272,14 +1279,13 @@ export class Scheduler<Tx> {
       if (from === undefined) continue;
       const job = this.jobAt(row);
       const schedule = this.jobSchedules[row] as number;
-      const ticks: { tick: Date; key: LockKey }[] = [];
+      const ticks: Date[] = [];
       let at = this.schedules.nextRun(
         schedule,
         Math.max(from, now - MAX_OWED_MS) - this.graceMs - 1,
       );
       while (Number.isFinite(at) && at <= now && ticks.length < MAX_CATCH_UP) {
-        const tick = new Date(at);
-        ticks.push({ tick, key: this.tickKey(job, tick) });
+        ticks.push(new Date(at));
         at = this.schedules.nextRun(schedule, at);
       }
       const holding = (async () => {
@@ -1300,16 +1306,13 @@ export class Scheduler<Tx> {
    * a run still going are looked at again every `claimTimeoutMs` (see {@link owedBusy}): once the
    * run is over, its tick has a row (it committed) or is held and run here (it died).
    */
-  private async holdOwed(
-    job: Job<Tx>,
-    ticks: readonly { tick: Date; key: LockKey }[],
-    now: number,
-  ): Promise<void> {
+  private async holdOwed(job: Job<Tx>, ticks: readonly Date[], now: number): Promise<void> {
+    const keyed = ticks.map((tick) => ({ tick, key: this.tickKey(job, tick) }));
     const { held, busy } = await this.query((q) =>
-      this.ledger.holdOwed(q, job, ticks, new Date(now)),
+      this.ledger.holdOwed(q, job, keyed, new Date(now)),
     );
     const waiting = this.owedBusy.get(job.row) ?? new Set<number>();
-    for (const { tick } of ticks) waiting.delete(tick.getTime());
+    for (const tick of ticks) waiting.delete(tick.getTime());
     for (const tick of busy) waiting.add(tick.getTime());
     if (waiting.size > 0) {
       this.owedBusy.set(job.row, waiting);
@@ -1332,10 +1335,7 @@ export class Scheduler<Tx> {
       if (this.owedWatches.get(job.row) === timer) this.owedWatches.delete(job.row);
       const waiting = this.owedBusy.get(job.row);
       if (this.stopping.signal.aborted || waiting === undefined) return;
-      const ticks = [...waiting].map((ms) => {
-        const tick = new Date(ms);
-        return { tick, key: this.tickKey(job, tick) };
-      });
+      const ticks = [...waiting].map((ms) => new Date(ms));
       this.track(this.holdOwed(job, ticks, this.now()).catch(() => this.watchOwed(job)));
     });
     this.owedWatches.set(job.row, timer);
@@ -1361,7 +1361,7 @@ export class Scheduler<Tx> {
    */
   private async fire(job: Job<Tx>, tick: Date): Promise<void> {
     const at = tick.getTime();
-    this.firing.set(at, (this.firing.get(at) ?? 0) + 1);
+    countIn(this.firing, at, 1);
     try {
       if (this.membership !== undefined) {
         // Ticks the job's last owner left are held first: no catch-up may judge them holes.
@@ -1381,9 +1381,7 @@ export class Scheduler<Tx> {
       if (!this.stopping.signal.aborted || error instanceof LockNotHeldError)
         this.emit({ type: 'error', job: job.name, tick, error });
     } finally {
-      const left = (this.firing.get(at) ?? 1) - 1;
-      if (left === 0) this.firing.delete(at);
-      else this.firing.set(at, left);
+      countIn(this.firing, at, -1);
     }
   }
 
@@ -1518,16 +1516,12 @@ export class Scheduler<Tx> {
    */
   private runOne(job: Job<Tx>, tick: Date, how: TickSource): Promise<TickOutcome> {
     const key = `${job.row}:${tick.getTime()}`;
-    this.deciding.set(key, (this.deciding.get(key) ?? 0) + 1);
+    countIn(this.deciding, key, 1);
     const attempt =
       job.settings.mode === 'transaction'
         ? this.runInTransaction(job, tick, how)
         : this.runInLease(job, tick, how);
-    return attempt.finally(() => {
-      const left = (this.deciding.get(key) ?? 1) - 1;
-      if (left === 0) this.deciding.delete(key);
-      else this.deciding.set(key, left);
-    });
+    return attempt.finally(() => countIn(this.deciding, key, -1));
   }
 
   /** How long after its tick a run starts, on this scheduler's clock. */

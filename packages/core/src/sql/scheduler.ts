@@ -159,9 +159,9 @@ export function recentTicksStatement(
   cap: number,
 ): Statement {
   const current = '(schedule_hash IS NULL OR schedule_hash = $4)';
+  const anchoring = `${current} AND status NOT IN ('SKIPPED_OVERLAP', 'PENDING')`;
   return {
-    text: `SELECT tick, ${current} AS current,
-                  (${current} AND status NOT IN ('SKIPPED_OVERLAP', 'PENDING')) AS anchoring,
+    text: `SELECT tick, ${current} AS current, (${anchoring}) AS anchoring,
                   (status = 'RUNNING' AND token IS NULL) AS self_committed
              FROM ${schema}.runs
             WHERE namespace = $1 AND job = $2 AND tick <= $3
@@ -171,7 +171,7 @@ export function recentTicksStatement(
                          SELECT tick, status, schedule_hash FROM ${schema}.runs
                           WHERE namespace = $1 AND job = $2 AND tick <= $3
                           ORDER BY tick DESC LIMIT $6::int4) latest
-                        WHERE ${current} AND status NOT IN ('SKIPPED_OVERLAP', 'PENDING')
+                        WHERE ${anchoring}
                         ORDER BY tick DESC LIMIT $5::int4) anchors),
                     '-infinity')
             ORDER BY tick DESC LIMIT $6::int4`,
@@ -298,13 +298,22 @@ export function pendingTicksStatement(
   note: string,
 ): Statement {
   return {
-    text: `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
-           SELECT $1::text, $2::text, t::timestamptz, 'PENDING', 0,
-                  ${dueAtOnce('t::timestamptz', '$4::timestamptz')}, $5::text, $6::text
-             FROM json_array_elements_text($3::text::json) AS t
-           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`,
+    text: insertPending(schema, 't::timestamptz', 'json_array_elements_text($3::text::json) AS t'),
     params: [namespace, job, JSON.stringify(ticks.map(iso)), iso(now), hash, note],
   };
+}
+
+/**
+ * The insert of {@link pendingTicksStatement} and {@link owedTicksStatement}: a PENDING row, due at
+ * once, for each `tick` (an expression) of `source` that has none; rows `tick`. Parameters: $1
+ * namespace, $2 job, $4 now, $5 schedule hash, $6 note (the caller's $3 feeds `source`).
+ */
+function insertPending(schema: string, tick: string, source: string): string {
+  return `INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
+           SELECT $1::text, $2::text, ${tick}, 'PENDING', 0, ${dueAtOnce(tick, '$4::timestamptz')},
+                  $5::text, $6::text
+             FROM ${source}
+           ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick`;
 }
 
 /**
@@ -335,13 +344,7 @@ export function owedTicksStatement(
                          ELSE pg_try_advisory_xact_lock((e->>1)::int4, (e->>2)::int4) END AS free
                FROM json_array_elements($3::text::json) AS e
            ),
-           held AS (
-             INSERT INTO ${schema}.runs (namespace, job, tick, status, attempt, retry_at, schedule_hash, error)
-             SELECT $1::text, $2::text, tick, 'PENDING', 0, ${dueAtOnce('tick', '$4::timestamptz')},
-                    $5::text, $6::text
-               FROM owed WHERE free
-             ON CONFLICT (namespace, job, tick) DO NOTHING RETURNING tick
-           )
+           held AS (${insertPending(schema, 'tick', 'owed WHERE free')})
            SELECT tick, true AS held FROM held
            UNION ALL SELECT tick, false FROM owed WHERE NOT free`,
     params: [namespace, job, JSON.stringify(owed), iso(now), hash, note],
