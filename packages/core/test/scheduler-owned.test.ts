@@ -13,7 +13,7 @@ import { testDatabaseBaseUrl } from '@lockkit/test-db';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLockClient } from '../src/lock.js';
-import { createScheduler, type Scheduler } from '../src/scheduler.js';
+import { createScheduler, type JobOptions, type Scheduler } from '../src/scheduler.js';
 import { poolExecutor } from './client-executor.js';
 
 const schema = `lockkit_owned_${randomBytes(4).toString('hex')}`;
@@ -317,8 +317,17 @@ it('stop() leaves at once, not once its running tasks end: the others take its j
   expect(stopping).toBeLessThan(last);
 }, 60_000);
 
-it("overlap 'queue': a member stopped while its long run holds the job, with its later ticks waiting for the job's lock, hands every one on — each tick runs once, none is missed", async () => {
-  const namespace = randomBytes(4).toString('hex');
+/**
+ * Two members sharing `job` (with `options`). Once they see each other, the job's owner's next run
+ * waits for `hold` — its stop's signal ignored — then writes its tick. Resolves once that long run
+ * has started: the group, its tick and backend pid, the owner and the other member (and its id).
+ */
+async function longRunOnOwner(
+  namespace: string,
+  job: string,
+  options: JobOptions,
+  hold: Promise<void>,
+) {
   const group = members(
     namespace,
     2,
@@ -328,42 +337,59 @@ it("overlap 'queue': a member stopped while its long run holds the job, with its
   );
   let armed = false;
   let holder: number | undefined;
-  let release = () => {};
-  const held = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let longRun = (_tick: number) => {};
-  const longRunStarted = new Promise<number>((resolve) => {
-    longRun = resolve;
+  let started = (_run: { tick: number; pid: number }) => {};
+  const longRun = new Promise<{ tick: number; pid: number }>((resolve) => {
+    started = resolve;
   });
   for (const [i, scheduler] of group.schedulers.entries()) {
     scheduler.register(
-      'queued',
+      job,
       '* * * * * *',
       async (run) => {
-        // Once armed, the next run (the job's owner's) lasts until the test releases it, its
-        // stop's signal ignored.
+        if (run.mode !== 'transaction') throw new Error('mode');
         if (armed && holder === undefined) {
           holder = i;
-          longRun(run.tick.getTime());
-          await held;
+          const [me] = await run.query('SELECT pg_backend_pid() AS pid');
+          started({ tick: run.tick.getTime(), pid: Number(me?.pid) });
+          await hold;
         }
         await writeTick(namespace, i)(run);
       },
-      // Each tick fired while the long run holds the job waits 4 s for its lock (longer than the
-      // grace for skew), then is queued.
-      { overlap: 'queue', claimTimeoutMs: 4000 },
+      options,
     );
   }
   const startedAt = Date.now();
   await Promise.all(group.schedulers.map((s) => s.start()));
   const first = wholeSecondAfter(startedAt) + 1000;
   // The members see each other first: from then on the job's owner alone decides it.
-  await group.ranAll(['queued'], first, first + 2000);
+  await group.ranAll([job], first, first + 2000);
   armed = true;
-  const longTick = await longRunStarted;
-  const owner = group.schedulers[holder as number] as Scheduler<pg.PoolClient>;
-  const successor = group.schedulers[1 - (holder as number)] as Scheduler<pg.PoolClient>;
+  const { tick, pid } = await longRun;
+  const other = 1 - (holder as number);
+  return {
+    group,
+    tick,
+    pid,
+    owner: group.schedulers[holder as number] as Scheduler<pg.PoolClient>,
+    successor: group.schedulers[other] as Scheduler<pg.PoolClient>,
+    successorId: `member-${other}`,
+  };
+}
+
+it("overlap 'queue': a member stopped while its long run holds the job, with its later ticks waiting for the job's lock, hands every one on — each tick runs once, none is missed", async () => {
+  const namespace = randomBytes(4).toString('hex');
+  let release = () => {};
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  // Each tick fired while the long run holds the job waits 4 s for its lock (longer than the
+  // grace for skew), then is queued.
+  const {
+    group,
+    tick: longTick,
+    owner,
+    successor,
+  } = await longRunOnOwner(namespace, 'queued', { overlap: 'queue', claimTimeoutMs: 4000 }, held);
   // Two ticks queued behind the long run: the ticks fired since wait for the job's lock now.
   expect(
     await untilDb(
@@ -395,46 +421,20 @@ it("overlap 'queue': a member stopped while its long run holds the job, with its
 
 it("a tick the new owner leaves to the stopped owner's run still going is run by the new owner once that run dies — not recorded MISSED by its catch-up", async () => {
   const namespace = randomBytes(4).toString('hex');
-  const group = members(
-    namespace,
-    2,
-    3000,
-    () => poolExecutor(pool),
-    () => [],
-  );
-  let armed = false;
-  let holder: number | undefined;
-  let longRun = (_run: { tick: number; pid: number }) => {};
-  const longRunStarted = new Promise<{ tick: number; pid: number }>((resolve) => {
-    longRun = resolve;
-  });
   let cut = () => {};
   const connectionCut = new Promise<void>((resolve) => {
     cut = resolve;
   });
-  for (const [i, scheduler] of group.schedulers.entries()) {
-    scheduler.register('dies', '* * * * * *', async (run) => {
-      if (run.mode !== 'transaction') throw new Error('mode');
-      // Once armed, the next run (the job's owner's) lasts until its connection is cut, its
-      // stop's signal ignored: then it dies, rolled back, its tick without a row.
-      if (armed && holder === undefined) {
-        holder = i;
-        const [me] = await run.query('SELECT pg_backend_pid() AS pid');
-        longRun({ tick: run.tick.getTime(), pid: Number(me?.pid) });
-        await connectionCut; // then its insert fails: the connection is gone
-      }
-      await writeTick(namespace, i)(run);
-    });
-  }
-  const startedAt = Date.now();
-  await Promise.all(group.schedulers.map((s) => s.start()));
-  const first = wholeSecondAfter(startedAt) + 1000;
-  await group.ranAll(['dies'], first, first + 2000);
-  armed = true;
-  const { tick: longTick, pid } = await longRunStarted;
-  const owner = group.schedulers[holder as number] as Scheduler<pg.PoolClient>;
-  const successor = group.schedulers[1 - (holder as number)] as Scheduler<pg.PoolClient>;
-  const successorId = `member-${1 - (holder as number)}`;
+  // The long run lasts until its connection is cut: then its insert fails, it dies rolled back,
+  // its tick without a row.
+  const {
+    group,
+    tick: longTick,
+    pid,
+    owner,
+    successor,
+    successorId,
+  } = await longRunOnOwner(namespace, 'dies', {}, connectionCut);
   const stopped = owner.stop({ timeoutMs: 1000 });
   // The successor has taken the job over: it decides its ticks (skipped behind the long run).
   expect(
